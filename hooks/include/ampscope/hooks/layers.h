@@ -1,0 +1,87 @@
+// Layer attribution in C++. LibTorch modules have no forward hooks, so a module's forward marks
+// itself with a LayerScope (one line); names come from named_modules() of the attached root.
+#pragma once
+
+#include <ampscope/profiler/observer.h>
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace torch::nn {
+class Module;
+}
+
+namespace ampscope {
+
+/// One known layer: qualified name and module type ("Linear", "TransformerBlock", ...).
+struct LayerInfo {
+  std::string name;
+  std::string type;
+};
+
+/// Registers `root` and every module below it (named_modules() order) under `prefix`, and
+/// hooks every parameter so its gradient stats are recorded after each backward. Re-attaching
+/// the same module is a no-op. Thread-safe.
+void attach_modules(torch::nn::Module& root, const std::string& prefix = "");
+/// Removes every attached module, parameter hook and gradient record.
+void detach_all_modules();
+/// All layers by id (id 0 is "<outside>").
+std::vector<LayerInfo> known_layers();
+/// Id of an attached module, or -1.
+LayerId find_layer(const torch::nn::Module& module);
+/// Id of a layer name, registering it (type "scope") when unknown.
+LayerId layer_for_name(std::string_view name);
+
+/// Gradient stats of one attached parameter (recorded by a tensor hook after each backward).
+struct ParamGradInfo {
+  std::string name;   ///< qualified, e.g. "blocks.0.ffn.wo.weight"
+  std::string dtype;
+  LayerId layer = kOutsideLayerId;  ///< the module that registers it
+  std::int64_t updates = 0;
+  Stats grad;
+};
+/// Snapshot of every attached parameter's gradient record, in attach order.
+std::vector<ParamGradInfo> param_grads();
+/// Zeroes every gradient record (parameters stay attached).
+void reset_param_grads();
+
+/// Attributes ops run on this thread during its lifetime to a layer. For a module that was not
+/// attached (e.g. one built on the fly inside a forward) it does nothing, so its ops count as
+/// part of the innermost attached module.
+class LayerScope {
+ public:
+  explicit LayerScope(const torch::nn::Module& module);
+  /// A named scope for code outside modules (e.g. "loss").
+  explicit LayerScope(std::string_view name);
+  ~LayerScope();
+  LayerScope(const LayerScope&) = delete;
+  LayerScope& operator=(const LayerScope&) = delete;
+
+ private:
+  bool pushed_ = false;
+};
+
+/// Calls `module->forward(args...)` inside the module's LayerScope: the way to attribute
+/// built-in modules (Linear, LayerNorm, ...), whose forward cannot be edited. `module` is a
+/// ModuleHolder (torch::nn::Linear) or a shared_ptr to a module.
+template <typename Holder, typename... Args>
+decltype(auto) forward(Holder& module, Args&&... args) {
+  LayerScope scope(*module);
+  return module->forward(std::forward<Args>(args)...);
+}
+
+/// Marks the ops on this thread as optimizer work while alive.
+class OptimizerScope {
+ public:
+  OptimizerScope() { Observer::push_phase(Phase::kOptimizer); }
+  ~OptimizerScope() { Observer::pop_phase(); }
+  OptimizerScope(const OptimizerScope&) = delete;
+  OptimizerScope& operator=(const OptimizerScope&) = delete;
+};
+
+/// Ends the current training step (the C++ step marker).
+inline void mark_step() { Observer::mark_step(); }
+
+}  // namespace ampscope

@@ -1,0 +1,63 @@
+// ampscope::Session: starts and stops observation, owns the attached module trees, builds the
+// report and writes the report files.
+#pragma once
+
+#include <ampscope/hooks/layers.h>
+#include <ampscope/reports/report.h>
+
+#include <chrono>
+#include <string>
+
+namespace torch::optim {
+class Optimizer;
+}
+
+namespace ampscope {
+
+struct SessionOptions {
+  std::string out_dir;         ///< where stop()/the destructor write the reports ("" = nowhere)
+  int every = 1;               ///< record steps 0, N, 2N, ...
+  std::string device = "cpu";  ///< recorded in run.device
+  std::string autocast_dtype;  ///< the run's low-precision dtype ("" when autocast is off)
+  std::string command;         ///< recorded in run.command
+  bool write_html = true;
+};
+
+/// One profiled run. Only one session observes at a time (the observer is process-wide).
+/// Not copyable; the destructor stops observation and, with out_dir set, writes the reports
+/// (also during stack unwinding), never throwing.
+class Session {
+ public:
+  explicit Session(SessionOptions options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  /// Registers a module tree for layer names (see LayerScope). Call before or after start().
+  void attach(torch::nn::Module& root, const std::string& prefix = "");
+  /// Installs the observer. Throws std::logic_error when another session is observing.
+  void start();
+  /// Removes the observer and writes the reports when out_dir is set.
+  void stop();
+  bool running() const { return running_; }
+
+  /// Ends the current training step.
+  void step();
+  /// Runs `optimizer.step()` as optimizer-phase work, then ends the step.
+  void optimizer_step(torch::optim::Optimizer& optimizer);
+
+  /// The report of everything seen so far, with recommendations.
+  reports::Report report() const;
+  /// Writes report.json, report.html and precision_map.json into `dir` (created if missing),
+  /// each atomically. Returns the path of report.json.
+  std::string write(const std::string& dir) const;
+
+ private:
+  SessionOptions options_;
+  bool running_ = false;
+  bool written_ = false;
+  std::string started_;
+  std::chrono::steady_clock::time_point t0_;
+};
+
+}  // namespace ampscope

@@ -1,0 +1,173 @@
+#include <ampscope/hooks/layers.h>
+#include <ampscope/profiler/tensor_stats.h>
+
+#include <ATen/record_function.h>
+#include <torch/nn/module.h>
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+
+namespace ampscope {
+namespace {
+
+struct ParamSlot {
+  std::mutex mu;
+  ParamGradInfo info;
+};
+
+struct HookedParam {
+  at::Tensor tensor;
+  unsigned hook;
+};
+
+/// The process-wide layer registry. Layer ids index `layers`.
+struct Registry {
+  std::mutex mu;
+  std::vector<LayerInfo> layers{{"<outside>", "outside"}};
+  std::unordered_map<const torch::nn::Module*, LayerId> by_module;
+  std::unordered_map<std::string, LayerId> by_name{{"<outside>", kOutsideLayerId}};
+  std::vector<std::shared_ptr<ParamSlot>> params;
+  std::vector<HookedParam> hooks;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry();  // never destroyed: hooks may run during shutdown
+  return *r;
+}
+
+/// "torch::nn::LinearImpl" -> "Linear"; "MyBlockImpl" -> "MyBlock".
+std::string type_name(const torch::nn::Module& m) {
+  std::string name = m.name();
+  auto colon = name.rfind("::");
+  if (colon != std::string::npos) name = name.substr(colon + 2);
+  if (name.size() > 4 && name.compare(name.size() - 4, 4, "Impl") == 0) name.resize(name.size() - 4);
+  return name;
+}
+
+LayerId add_layer_locked(Registry& r, const std::string& name, const std::string& type) {
+  auto it = r.by_name.find(name);
+  if (it != r.by_name.end()) return it->second;
+  auto id = static_cast<LayerId>(r.layers.size());
+  r.layers.push_back({name, type});
+  r.by_name.emplace(name, id);
+  return id;
+}
+
+std::string qualified(const std::string& prefix, const std::string& name) {
+  if (prefix.empty()) return name;
+  if (name.empty()) return prefix;
+  return prefix + "." + name;
+}
+
+void hook_parameter(Registry& r, at::Tensor param, const std::string& name, LayerId layer) {
+  auto slot = std::make_shared<ParamSlot>();
+  slot->info.name = name;
+  slot->info.dtype = dtype_name(static_cast<std::int8_t>(param.scalar_type()));
+  slot->info.layer = layer;
+  r.params.push_back(slot);
+  if (!param.requires_grad()) return;
+  unsigned hook = param.register_hook([slot](const at::Tensor& grad) {
+    if (!Observer::sampling_now() || !grad.defined() || !stats_supported(grad)) return;
+    at::DisableRecordFunctionGuard no_observe;
+    Stats s = tensor_stats(grad);
+    std::lock_guard<std::mutex> lock(slot->mu);
+    slot->info.grad.merge(s);
+    ++slot->info.updates;
+  });
+  r.hooks.push_back({param, hook});
+}
+
+}  // namespace
+
+void attach_modules(torch::nn::Module& root, const std::string& prefix) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.by_module.count(&root)) return;
+  for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
+    const torch::nn::Module* module = item.value().get();
+    if (r.by_module.count(module)) continue;  // shared submodule: first name wins
+    std::string name = qualified(prefix, item.key());
+    LayerId id = add_layer_locked(r, name, type_name(*module));
+    r.by_module.emplace(module, id);
+    for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) {
+      hook_parameter(r, p.value(), qualified(name, p.key()), id);
+    }
+  }
+}
+
+void detach_all_modules() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (auto& h : r.hooks) {
+    try {
+      h.tensor.remove_hook(h.hook);
+    } catch (const std::exception&) {
+      // The parameter's autograd meta may be gone already; nothing left to remove.
+    }
+  }
+  r.hooks.clear();
+  r.params.clear();
+  r.by_module.clear();
+  r.layers.resize(1);
+  r.by_name = {{"<outside>", kOutsideLayerId}};
+}
+
+std::vector<LayerInfo> known_layers() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return r.layers;
+}
+
+LayerId find_layer(const torch::nn::Module& module) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.by_module.find(&module);
+  return it == r.by_module.end() ? -1 : it->second;
+}
+
+LayerId layer_for_name(std::string_view name) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return add_layer_locked(r, std::string(name), "scope");
+}
+
+std::vector<ParamGradInfo> param_grads() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<ParamGradInfo> out;
+  out.reserve(r.params.size());
+  for (auto& slot : r.params) {
+    std::lock_guard<std::mutex> sl(slot->mu);
+    out.push_back(slot->info);
+  }
+  return out;
+}
+
+void reset_param_grads() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (auto& slot : r.params) {
+    std::lock_guard<std::mutex> sl(slot->mu);
+    slot->info.grad = Stats{};
+    slot->info.updates = 0;
+  }
+}
+
+LayerScope::LayerScope(const torch::nn::Module& module) {
+  LayerId id = find_layer(module);
+  if (id < 0) return;
+  Observer::push_layer(id);
+  pushed_ = true;
+}
+
+LayerScope::LayerScope(std::string_view name) {
+  Observer::push_layer(layer_for_name(name));
+  pushed_ = true;
+}
+
+LayerScope::~LayerScope() {
+  if (pushed_) Observer::pop_layer();
+}
+
+}  // namespace ampscope

@@ -1,0 +1,94 @@
+#include "report_builder.h"
+
+#include <algorithm>
+
+namespace ampscope {
+namespace {
+
+reports::OpRecord to_record(const OpKey& key, const OpAggregate& agg,
+                            const std::vector<std::string>& op_names) {
+  reports::OpRecord r;
+  r.op = key.op < op_names.size() ? op_names[key.op] : "?";
+  r.phase = std::string(phase_name(key.phase));
+  r.calls = agg.calls;
+  r.input_dtype = dtype_name(key.input_dtype);
+  r.compute_dtype = dtype_name(key.compute_dtype);
+  r.output_dtype = dtype_name(key.output_dtype);
+  r.autocast = std::string(autocast_class_name(key.autocast));
+  r.casts = agg.casts;
+  r.first_step = agg.first_step;
+  r.last_step = agg.last_step;
+  r.nonfinite_from_finite = agg.nonfinite_from_finite;
+  r.first_nonfinite_step = agg.first_nonfinite_step;
+  r.stats = agg.stats;
+  r.absmax_by_step = agg.absmax_by_step;
+  return r;
+}
+
+int phase_order(const std::string& phase) {
+  return phase == "forward" ? 0 : phase == "backward" ? 1 : 2;
+}
+
+}  // namespace
+
+reports::Report build_report(const ObserverSnapshot& snap, const std::vector<LayerInfo>& layers,
+                             const std::vector<ParamGradInfo>& params, const RunContext& ctx) {
+  reports::Report report;
+  auto& run = report.run;
+  run.torch_version = ctx.torch_version;
+  run.device = ctx.device;
+  run.autocast_dtype = ctx.autocast_dtype;
+  run.steps = snap.steps;
+  run.started = ctx.started;
+  run.duration_s = ctx.duration_s;
+  run.command = ctx.command;
+  run.every = ctx.every;
+  if (ctx.device != "cpu") run.notes.push_back("stats are taken on CPU tensors only in this version");
+
+  std::vector<reports::Layer> by_id(layers.size());
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    by_id[i].name = layers[i].name;
+    by_id[i].type = layers[i].type;
+  }
+  for (const auto& [key, agg] : snap.entries) {
+    auto id = static_cast<std::size_t>(key.layer);
+    if (id >= by_id.size()) id = kOutsideLayerId;
+    by_id[id].ops.push_back(to_record(key, agg, snap.op_names));
+  }
+  for (const auto& p : params) {
+    auto id = static_cast<std::size_t>(p.layer) < by_id.size() ? p.layer : kOutsideLayerId;
+    by_id[id].params.push_back({p.name, p.dtype, p.updates, p.grad});
+  }
+  for (auto& layer : by_id) {
+    std::sort(layer.ops.begin(), layer.ops.end(), [](const auto& a, const auto& b) {
+      int pa = phase_order(a.phase), pb = phase_order(b.phase);
+      if (pa != pb) return pa < pb;
+      if (a.op != b.op) return a.op < b.op;
+      return a.compute_dtype < b.compute_dtype;
+    });
+  }
+  for (std::size_t i = 1; i < by_id.size(); ++i) report.layers.push_back(std::move(by_id[i]));
+  if (!by_id.empty() && (!by_id[0].ops.empty() || !by_id[0].params.empty())) {
+    report.layers.push_back(std::move(by_id[0]));
+  }
+
+  if (snap.first_nonfinite) {
+    const auto& f = *snap.first_nonfinite;
+    reports::NonFiniteEvent e;
+    e.step = f.step;
+    e.phase = std::string(phase_name(f.phase));
+    auto id = static_cast<std::size_t>(f.layer);
+    e.layer = id < layers.size() ? layers[id].name : reports::kOutsideLayer;
+    e.op = f.op;
+    e.kind = f.nan ? "nan" : "inf";
+    e.inputs_finite = f.inputs_finite;
+    e.fp32_also_nonfinite = f.fp32_also_nonfinite;
+    e.compute_dtype = dtype_name(f.compute_dtype);
+    e.output_stats = f.output_stats;
+    report.first_nonfinite = e;
+  }
+  for (const auto& ls : snap.loss_scale) report.loss_scale.push_back({ls.step, ls.scale, ls.found_inf});
+  return report;
+}
+
+}  // namespace ampscope

@@ -1,0 +1,26 @@
+// Observer snapshot + layer registry + parameter records -> the report model. No torch here.
+#pragma once
+
+#include <ampscope/hooks/layers.h>
+#include <ampscope/profiler/observer.h>
+#include <ampscope/reports/report.h>
+
+namespace ampscope {
+
+/// Run facts the snapshot does not carry.
+struct RunContext {
+  std::string torch_version;
+  std::string device;
+  std::string autocast_dtype;
+  std::string command;
+  std::string started;
+  double duration_s = 0.0;
+  int every = 1;
+};
+
+/// Groups entries by layer (attached layers in tree order, "<outside>" last, layers with nothing
+/// recorded kept so the tree is whole), ops sorted by phase then name. No recommendations.
+reports::Report build_report(const ObserverSnapshot& snap, const std::vector<LayerInfo>& layers,
+                             const std::vector<ParamGradInfo>& params, const RunContext& ctx);
+
+}  // namespace ampscope

@@ -1,0 +1,104 @@
+#include <ampscope/hooks/session.h>
+#include <ampscope/reports/files.h>
+#include <ampscope/reports/html.h>
+#include <ampscope/reports/precision_map.h>
+#include <ampscope/reports/recommend.h>
+#include <ampscope/reports/report_json.h>
+
+#include <torch/optim/optimizer.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <ctime>
+#include <map>
+
+#include "report_builder.h"
+
+namespace ampscope {
+namespace {
+
+std::string utc_now_iso() {
+  std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+}  // namespace
+
+Session::Session(SessionOptions options) : options_(std::move(options)) {}
+
+Session::~Session() {
+  try {
+    stop();
+  } catch (...) {
+    // A destructor must not throw; a failed write was already reported by stop() callers.
+  }
+}
+
+void Session::attach(torch::nn::Module& root, const std::string& prefix) {
+  attach_modules(root, prefix);
+}
+
+void Session::start() {
+  ObserverOptions o;
+  o.every = options_.every;
+  Observer::start(o);
+  reset_param_grads();
+  running_ = true;
+  written_ = false;
+  started_ = utc_now_iso();
+  t0_ = std::chrono::steady_clock::now();
+}
+
+void Session::stop() {
+  if (!running_) return;
+  Observer::stop();
+  running_ = false;
+  if (!options_.out_dir.empty() && !written_) {
+    write(options_.out_dir);
+    written_ = true;
+  }
+}
+
+void Session::step() { Observer::mark_step(); }
+
+void Session::optimizer_step(torch::optim::Optimizer& optimizer) {
+  {
+    OptimizerScope scope;
+    optimizer.step();
+  }
+  Observer::mark_step();
+}
+
+reports::Report Session::report() const {
+  RunContext ctx;
+  ctx.torch_version = TORCH_VERSION;
+  ctx.device = options_.device;
+  ctx.autocast_dtype = options_.autocast_dtype;
+  ctx.command = options_.command;
+  ctx.every = options_.every;
+  ctx.started = started_;
+  ctx.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+  reports::Report report = build_report(Observer::snapshot(), known_layers(), param_grads(), ctx);
+  report.recommendations = reports::recommend(report);
+  return report;
+}
+
+std::string Session::write(const std::string& dir) const {
+  reports::make_directories(dir);
+  reports::Report r = report();
+  auto json_path = reports::join_path(dir, "report.json");
+  reports::write_report(r, json_path);
+  if (options_.write_html) {
+    reports::write_file_atomic(reports::join_path(dir, "report.html"),
+                               reports::render_html(r));
+  }
+  reports::write_precision_map(reports::precision_map_from(r.recommendations),
+                               reports::join_path(dir, "precision_map.json"));
+  return json_path;
+}
+
+}  // namespace ampscope

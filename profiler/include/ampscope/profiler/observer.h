@@ -1,0 +1,124 @@
+// The op observer: global RecordFunction callbacks that turn every top-level ATen op call (and
+// every autograd node) into one aggregated entry per (layer, op, phase, dtypes).
+//
+// Thread model: callbacks run on any thread (the user's, autograd workers). Each thread
+// aggregates into its own table, locked only by itself and by snapshot(). The layer and phase
+// stacks are per thread and set by the hooks/ component; the observer knows layers only as ids.
+#pragma once
+
+#include <ampscope/profiler/stats.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ampscope {
+
+/// Layer ids are issued by the layer registry (hooks/). 0 is "<outside>".
+using LayerId = std::int32_t;
+inline constexpr LayerId kOutsideLayerId = 0;
+
+enum class Phase : std::uint8_t { kForward = 0, kBackward, kOptimizer };
+/// "forward" | "backward" | "optimizer".
+std::string_view phase_name(Phase p);
+
+/// What autocast did to an op call.
+enum class AutocastClass : std::uint8_t { kNone = 0, kLowerPrecision, kFp32, kPromote };
+/// "none" | "lower_precision" | "fp32" | "promote".
+std::string_view autocast_class_name(AutocastClass c);
+
+/// Most points an op's per-step series keeps; longer runs are down-sampled (maxima kept).
+inline constexpr std::size_t kMaxSeriesPoints = 256;
+
+struct ObserverOptions {
+  int every = 1;  ///< record steps 0, N, 2N, ... only (no work at all on the others)
+};
+
+/// Aggregation key of an entry. Dtypes are c10::ScalarType values as int8 (-1: none).
+struct OpKey {
+  LayerId layer = kOutsideLayerId;
+  std::uint32_t op = 0;  ///< interned op name, see Observer::op_name
+  Phase phase = Phase::kForward;
+  std::int8_t input_dtype = -1;
+  std::int8_t compute_dtype = -1;
+  std::int8_t output_dtype = -1;
+  AutocastClass autocast = AutocastClass::kNone;
+  bool operator==(const OpKey& o) const;
+};
+
+/// Aggregated calls of one key. Memory is bounded: no per-call storage.
+struct OpAggregate {
+  std::int64_t calls = 0;
+  std::int64_t casts = 0;
+  std::int64_t first_step = 0;
+  std::int64_t last_step = 0;
+  std::int64_t nonfinite_from_finite = 0;
+  std::int64_t first_nonfinite_step = -1;
+  Stats stats;
+  std::vector<std::pair<std::int64_t, double>> absmax_by_step;  ///< bounded, down-sampled
+  void merge(const OpAggregate& other);
+};
+
+/// The first op call whose outputs held a non-finite value.
+struct NonFiniteRecord {
+  std::int64_t step = 0;
+  Phase phase = Phase::kForward;
+  LayerId layer = kOutsideLayerId;
+  std::string op;
+  bool nan = false;  ///< true: NaN, false: inf
+  bool inputs_finite = true;
+  std::optional<bool> fp32_also_nonfinite;
+  std::int8_t compute_dtype = -1;
+  Stats output_stats;
+};
+
+struct LossScaleRecord {
+  std::int64_t step = 0;
+  double scale = 0.0;
+  bool found_inf = false;
+};
+
+/// Everything the observer has aggregated, merged over threads.
+struct ObserverSnapshot {
+  std::vector<std::pair<OpKey, OpAggregate>> entries;
+  std::vector<std::string> op_names;  ///< index = OpKey::op
+  std::optional<NonFiniteRecord> first_nonfinite;
+  std::vector<LossScaleRecord> loss_scale;
+  std::int64_t steps = 0;  ///< completed steps
+};
+
+/// Process-wide observer. All functions are thread-safe.
+class Observer {
+ public:
+  /// Clears previous data and installs the callbacks. Throws if already running.
+  static void start(const ObserverOptions& options = {});
+  /// Removes the callbacks (data stays until the next start).
+  static void stop();
+  static bool running();
+
+  /// Ends the current step (optimizer step detected or marked by the user).
+  static void mark_step();
+  static std::int64_t current_step();
+  /// True while running and the current step is one that `every` samples.
+  static bool sampling_now();
+
+  /// Pushes/pops the layer that ops on this thread are attributed to (forward attribution).
+  static void push_layer(LayerId id);
+  static void pop_layer();
+  /// Pushes/pops a phase override on this thread (e.g. optimizer).
+  static void push_phase(Phase p);
+  static void pop_phase();
+
+  /// Merged copy of everything recorded so far.
+  static ObserverSnapshot snapshot();
+  /// Name of an interned op id.
+  static std::string op_name(std::uint32_t id);
+};
+
+/// Python-style name of a c10::ScalarType given as int8 ("float32", "bfloat16", "int64", ...);
+/// "" for -1.
+std::string dtype_name(std::int8_t scalar_type);
+
+}  // namespace ampscope

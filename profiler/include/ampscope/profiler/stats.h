@@ -1,0 +1,107 @@
+// The stats block: exact value counts and ranges of one tensor, or of many merged.
+// Plain C++ (no torch): the CPU kernel, the CUDA kernel, reports and benchmarks share it.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <string_view>
+#include <vector>
+
+namespace ampscope {
+
+/// Floating source dtypes the stats kernels read.
+enum class DType : std::uint8_t { kFloat32, kFloat16, kBFloat16, kFloat64 };
+
+/// Target formats whose overflow/underflow/subnormal counts every stats block carries.
+enum class Format : std::uint8_t { kFloat16 = 0, kBFloat16, kFloat8E4M3FN, kFloat8E5M2 };
+inline constexpr int kNumFormats = 4;
+
+/// The SPEC name of a format: "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2".
+std::string_view format_name(Format f);
+/// The format whose SPEC name is `name`; false when there is none.
+bool format_from_name(std::string_view name, Format* out);
+/// Largest finite value of a format (65504, ~3.39e38, 448, 57344).
+double format_max(Format f);
+
+/// Counts of nonzero finite values by floor(log2|x|), stored densely over the exponents seen.
+class ExpHist {
+ public:
+  /// Adds `n` values of exponent `e`.
+  void add(int e, std::int64_t n = 1);
+  /// Adds every bin of `other`.
+  void merge(const ExpHist& other);
+  /// Count in bin `e` (0 outside the range seen).
+  std::int64_t at(int e) const;
+  /// Sum of all bins.
+  std::int64_t total() const;
+  /// True when no value was added.
+  bool empty() const { return bins_.empty(); }
+  /// Lowest exponent stored (valid when !empty()).
+  int lo() const { return lo_; }
+  /// One past the highest exponent stored.
+  int hi() const { return lo_ + static_cast<int>(bins_.size()); }
+  bool operator==(const ExpHist& o) const;
+
+ private:
+  int lo_ = 0;
+  std::vector<std::int64_t> bins_;
+};
+
+/// The SPEC stats block. Counts are exact; absmax, absmin_nonzero, sum and sum_sq are over the
+/// finite values only (non-finite values are counted, not folded into the ranges).
+struct Stats {
+  std::int64_t count = 0;   ///< every element seen
+  std::int64_t nan = 0;
+  std::int64_t posinf = 0;
+  std::int64_t neginf = 0;
+  std::int64_t zeros = 0;   ///< +0 and -0
+  double absmax = 0.0;      ///< largest finite |x| (0 when none)
+  double absmin_nonzero = std::numeric_limits<double>::infinity();  ///< inf when none
+  double sum = 0.0;         ///< of finite values, in double
+  double sum_sq = 0.0;      ///< of finite values squared, in double
+  std::array<std::int64_t, kNumFormats> overflow{};   ///< finite, rounds past the format's max
+  std::array<std::int64_t, kNumFormats> underflow{};  ///< nonzero finite, rounds to 0
+  std::array<std::int64_t, kNumFormats> subnormal{};  ///< nonzero finite, rounds to a subnormal
+  ExpHist exp_hist;
+
+  /// Number of finite values.
+  std::int64_t finite() const { return count - nan - posinf - neginf; }
+  /// NaN + inf count.
+  std::int64_t nonfinite() const { return nan + posinf + neginf; }
+  /// Mean of the finite values (0 when none).
+  double mean() const;
+  /// Root mean square of the finite values (0 when none).
+  double rms() const;
+  /// Adds another block's counts and ranges into this one.
+  void merge(const Stats& other);
+  std::int64_t overflow_in(Format f) const { return overflow[static_cast<int>(f)]; }
+  std::int64_t underflow_in(Format f) const { return underflow[static_cast<int>(f)]; }
+  std::int64_t subnormal_in(Format f) const { return subnormal[static_cast<int>(f)]; }
+};
+
+/// A strided view of a tensor's elements: plain pointer, dtype, sizes and strides in elements.
+struct TensorView {
+  const void* data = nullptr;
+  DType dtype = DType::kFloat32;
+  std::vector<std::int64_t> sizes;
+  std::vector<std::int64_t> strides;
+  /// Product of sizes (1 for a zero-dim view).
+  std::int64_t numel() const;
+  /// True when the elements are dense in row-major order.
+  bool is_contiguous() const;
+};
+
+/// Accumulates the stats of elements [begin, end) of `view` (row-major logical order) into `out`.
+/// Single-threaded; the caller splits work across threads and merges the partial blocks.
+void accumulate_stats(const TensorView& view, std::int64_t begin, std::int64_t end, Stats& out);
+
+/// The stats of every element of `view`, using up to `max_threads` threads (0: hardware).
+Stats compute_stats(const TensorView& view, int max_threads = 0);
+
+/// Whether the CPU kernel uses its SIMD (AVX2) build; false on CPUs without AVX2/FMA/F16C.
+bool stats_simd();
+/// Test and benchmark hook: false forces the portable baseline build (same results, slower).
+void set_stats_simd(bool enabled);
+
+}  // namespace ampscope

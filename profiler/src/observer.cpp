@@ -1,0 +1,449 @@
+// RecordFunction callbacks: one entry per top-level op call (autocast's outer and inner calls
+// merged), backward nodes attributed to the layer of the forward op that created them.
+#include <ampscope/profiler/observer.h>
+#include <ampscope/profiler/tensor_stats.h>
+
+#include <ATen/ATen.h>
+#include <ATen/autocast_mode.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/record_function.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <unordered_set>
+
+#include "observer_state.h"
+#include "recheck.h"
+
+namespace ampscope {
+namespace detail {
+namespace {
+
+/// What the observer knows about an op, looked up once per op and thread.
+struct OpInfo {
+  std::uint32_t id = 0;
+  bool autocast_cpu = false;   ///< has an AutocastCPU kernel
+  bool autocast_cuda = false;  ///< has an AutocastCUDA kernel
+  bool promote = false;        ///< on autocast's promote list
+  bool inplace = false;        ///< mutates its first argument (name ends in '_')
+  bool cast = false;           ///< aten::to / aten::_to_copy: a cast autocast may insert
+  bool update_scale = false;   ///< aten::_amp_update_scale_: a GradScaler update
+};
+
+// Autocast's promote ops: CUDA's list comes from the linked torch's header; CPU's lives only in
+// autocast_mode.cpp (stack, cat, index_copy) and is mirrored here.
+const std::unordered_set<std::string>& promote_ops() {
+  static const auto* set = [] {
+    auto* s = new std::unordered_set<std::string>{"aten::stack", "aten::cat", "aten::index_copy"};
+#define AMPSCOPE_ADD_PROMOTE(op) s->insert("aten::" #op);
+    AT_FORALL_PROMOTE(AMPSCOPE_ADD_PROMOTE)
+#undef AMPSCOPE_ADD_PROMOTE
+    return s;
+  }();
+  return *set;
+}
+
+OpInfo make_info(const at::RecordFunction& fn, std::string_view name) {
+  OpInfo info;
+  info.id = global().ops.intern(name);
+  info.promote = promote_ops().count(std::string(name)) > 0;
+  info.inplace = !name.empty() && name.back() == '_' && name.rfind("aten::", 0) == 0;
+  info.cast = name == "aten::to" || name == "aten::_to_copy";
+  info.update_scale = name == "aten::_amp_update_scale_";
+  if (auto opname = fn.operator_name()) {
+    if (auto handle = c10::Dispatcher::singleton().findOp(*opname)) {
+      info.autocast_cpu = handle->hasKernelForDispatchKey(c10::DispatchKey::AutocastCPU);
+      info.autocast_cuda = handle->hasKernelForDispatchKey(c10::DispatchKey::AutocastCUDA);
+    }
+  }
+  return info;
+}
+
+/// The data a call carries from its start callback to its end callback.
+struct Call : at::ObserverContext {
+  bool inner = false;  ///< autocast's inner call of the current top-level call
+  const OpInfo* info = nullptr;
+  Phase phase = Phase::kForward;
+  LayerId layer = kOutsideLayerId;
+  std::int64_t step = 0;
+  std::int8_t input_dtype = -1;
+  std::int8_t inner_dtype = -1;  ///< dtype the inner call computed in
+  std::int8_t autocast_dtype = -1;
+  bool autocast_candidate = false;
+  bool inner_seen = false;
+  std::int64_t pending_casts = 0;
+  bool inputs_checked = false;   ///< inputs' finiteness known from the start callback
+  bool inputs_finite = true;
+  std::vector<c10::IValue> inputs;  ///< held for finiteness checks and the FP32 re-check
+  Stats stats;                      ///< backward: incoming gradients, taken at start
+};
+
+struct ThreadState {
+  std::uint64_t generation = ~std::uint64_t{0};
+  int depth = 0;
+  std::vector<LayerId> layers;
+  std::vector<Phase> phases;
+  Call* top = nullptr;
+  std::shared_ptr<ThreadTable> table;
+  std::shared_ptr<SeqRing> ring;
+  std::uint64_t ring_tid = ~std::uint64_t{0};
+  std::unordered_map<const char*, OpInfo> by_pointer;   // dispatcher names are stable pointers
+  std::unordered_map<std::string, OpInfo> by_name;      // autograd node names are not
+};
+
+thread_local ThreadState tls;
+
+ThreadState& thread_state() {
+  auto gen = global().generation.load(std::memory_order_acquire);
+  if (tls.generation != gen) {
+    tls.generation = gen;
+    tls.depth = 0;
+    tls.top = nullptr;
+    if (!tls.table) tls.table = global().new_table();
+  }
+  return tls;
+}
+
+const OpInfo& lookup(ThreadState& t, const at::RecordFunction& fn) {
+  const char* name = fn.name();
+  if (fn.scope() == at::RecordScope::FUNCTION) {
+    auto it = t.by_pointer.find(name);
+    if (it != t.by_pointer.end()) return it->second;
+    return t.by_pointer.emplace(name, make_info(fn, name)).first->second;
+  }
+  auto it = t.by_name.find(name);
+  if (it != t.by_name.end()) return it->second;
+  return t.by_name.emplace(name, make_info(fn, name)).first->second;
+}
+
+SeqRing& forward_ring(ThreadState& t, const at::RecordFunction& fn) {
+  if (!t.ring || t.ring_tid != fn.threadId()) {
+    t.ring_tid = fn.threadId();
+    t.ring = global().ring(t.ring_tid);
+  }
+  return *t.ring;
+}
+
+bool is_floating(const at::Tensor& t) { return t.defined() && t.is_floating_point(); }
+
+template <typename F>
+void for_each_tensor(const c10::IValue& v, F&& f) {
+  if (v.isTensor()) {
+    f(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList().vec()) f(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor()) f(e.toTensor());
+    }
+  }
+}
+
+/// Widest floating dtype among the tensors (-1 when none); also reports the first device.
+template <typename Range>
+std::int8_t floating_dtype(const Range& values, c10::DeviceType* device = nullptr) {
+  std::optional<c10::ScalarType> widest;
+  bool have_device = false;
+  for (const c10::IValue& v : values) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      if (device && !have_device) {
+        *device = t.device().type();
+        have_device = true;
+      }
+      if (!t.is_floating_point()) return;
+      widest = widest ? c10::promoteTypes(*widest, t.scalar_type()) : t.scalar_type();
+    });
+  }
+  return widest ? static_cast<std::int8_t>(*widest) : -1;
+}
+
+/// First tensor dtype among the values (-1 when none): the output dtype of non-floating ops.
+std::int8_t first_dtype(const std::vector<c10::IValue>& values) {
+  std::int8_t out = -1;
+  for (const c10::IValue& v : values) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (out < 0 && t.defined()) out = static_cast<std::int8_t>(t.scalar_type());
+    });
+  }
+  return out;
+}
+
+template <typename Range>
+Stats stats_of(const Range& values) {
+  Stats s;
+  for (const c10::IValue& v : values) {
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (is_floating(t) && stats_supported(t)) s.merge(tensor_stats(t));
+    });
+  }
+  return s;
+}
+
+template <typename Range>
+bool all_finite(const Range& values) {
+  return stats_of(values).nonfinite() == 0;
+}
+
+void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call) {
+  call.phase = t.phases.empty() ? Phase::kForward : t.phases.back();
+  call.layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();
+  forward_ring(t, fn).put(fn.seqNr(), call.layer);
+  auto inputs = fn.inputs();
+  c10::DeviceType device = c10::DeviceType::CPU;
+  call.input_dtype = floating_dtype(inputs, &device);
+  bool has_autocast_kernel = device == c10::DeviceType::CUDA ? call.info->autocast_cuda
+                                                              : call.info->autocast_cpu;
+  if (has_autocast_kernel && at::autocast::is_autocast_enabled(device)) {
+    call.autocast_candidate = true;
+    call.autocast_dtype = static_cast<std::int8_t>(at::autocast::get_autocast_dtype(device));
+  }
+  call.inputs.assign(inputs.begin(), inputs.end());
+  if (call.info->inplace) {
+    // The op overwrites its first input: its finiteness must be taken before it runs.
+    call.inputs_finite = all_finite(call.inputs);
+    call.inputs_checked = true;
+  }
+}
+
+void start_backward_top(ThreadState& t, const at::RecordFunction& fn, Call& call) {
+  call.phase = Phase::kBackward;
+  LayerId layer = -1;
+  if (auto ring = global().find_ring(fn.forwardThreadId())) layer = ring->get(fn.seqNr());
+  if (layer < 0) layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();
+  call.layer = layer;
+  auto inputs = fn.inputs();  // the gradients flowing into the node: valid only here
+  call.input_dtype = floating_dtype(inputs);
+  call.stats = stats_of(inputs);
+}
+
+/// The autograd engine wraps each node in an "autograd::engine::evaluate_function: <Node>"
+/// event of scope FUNCTION; it is not an op. Its context marks it so that its end does not
+/// change the depth either.
+struct EngineWrapper : at::ObserverContext {};
+constexpr std::string_view kEngineWrapperPrefix = "autograd::engine::evaluate_function";
+
+bool is_engine_wrapper(const at::RecordFunction& fn) {
+  return fn.scope() == at::RecordScope::FUNCTION &&
+         std::string_view(fn.name()).substr(0, kEngineWrapperPrefix.size()) == kEngineWrapperPrefix;
+}
+
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
+  auto& g = global();
+  if (!g.running.load(std::memory_order_relaxed)) return nullptr;
+  auto& t = thread_state();
+  if (is_engine_wrapper(fn)) return std::make_unique<EngineWrapper>();
+  int depth = t.depth++;
+  std::int64_t step = g.step.load(std::memory_order_relaxed);
+  if (g.every > 1 && step % g.every != 0) return nullptr;
+  bool backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
+  try {
+    if (depth == 0) {
+      auto call = std::make_unique<Call>();
+      call->info = &lookup(t, fn);
+      call->step = step;
+      if (backward) {
+        start_backward_top(t, fn, *call);
+      } else {
+        start_forward_top(t, fn, *call);
+      }
+      t.top = call.get();
+      return call;
+    }
+    Call* top = t.top;
+    if (!top || backward) return nullptr;
+    if (top->phase != Phase::kBackward) forward_ring(t, fn).put(fn.seqNr(), top->layer);
+    if (depth != 1) return nullptr;
+    const OpInfo& info = lookup(t, fn);
+    if (info.cast) {
+      ++top->pending_casts;
+      return nullptr;
+    }
+    if (top->autocast_candidate && !top->inner_seen && info.id == top->info->id) {
+      auto inner = std::make_unique<Call>();
+      inner->inner = true;
+      inner->inner_dtype = floating_dtype(fn.inputs());
+      return inner;
+    }
+  } catch (const std::exception&) {
+    // Never disturb the training loop; an op we fail to read is simply not recorded.
+  }
+  return nullptr;
+}
+
+AutocastClass classify(const Call& call, std::int8_t compute) {
+  if (!call.inner_seen) return AutocastClass::kNone;
+  if (call.info->promote) return AutocastClass::kPromote;
+  if (compute == call.autocast_dtype) return AutocastClass::kLowerPrecision;
+  return AutocastClass::kFp32;
+}
+
+void record_loss_scale(const Call& call, std::int64_t step) {
+  // _amp_update_scale_(scale, growth_tracker, found_inf, ...): scale is updated in place.
+  if (call.inputs.size() < 3 || !call.inputs[0].isTensor() || !call.inputs[2].isTensor()) return;
+  const at::Tensor& scale = call.inputs[0].toTensor();
+  const at::Tensor& found_inf = call.inputs[2].toTensor();
+  if (!scale.defined() || !found_inf.defined() || !scale.is_cpu() || !found_inf.is_cpu()) return;
+  at::DisableRecordFunctionGuard no_observe;
+  LossScaleRecord rec{step, scale.item<double>(), found_inf.item<double>() != 0.0};
+  auto& g = global();
+  std::lock_guard<std::mutex> lock(g.records_mu);
+  g.loss_scale.push_back(rec);
+}
+
+void record_first_nonfinite(const at::RecordFunction& fn, const Call& call,
+                            std::int8_t compute, const Stats& out) {
+  auto& g = global();
+  if (g.have_first_nonfinite.load(std::memory_order_acquire)) return;
+  NonFiniteRecord rec;
+  rec.step = call.step;
+  rec.phase = call.phase;
+  rec.layer = call.layer;
+  rec.op = g.ops.name(call.info->id);
+  rec.nan = out.nan > 0;
+  rec.inputs_finite = call.inputs_finite;
+  rec.compute_dtype = compute;
+  rec.output_stats = out;
+  if (call.inputs_finite && !call.info->inplace) rec.fp32_also_nonfinite = recheck_fp32(fn, call.inputs);
+  std::lock_guard<std::mutex> lock(g.records_mu);
+  if (g.first_nonfinite) return;
+  g.first_nonfinite = std::move(rec);
+  g.have_first_nonfinite.store(true, std::memory_order_release);
+}
+
+void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
+  OpKey key;
+  key.layer = call.layer;
+  key.op = call.info->id;
+  key.phase = call.phase;
+  key.input_dtype = call.input_dtype;
+  OpAggregate agg;
+  agg.calls = 1;
+  agg.first_step = agg.last_step = call.step;
+  if (call.phase == Phase::kBackward) {
+    key.compute_dtype = key.output_dtype = call.input_dtype;
+    agg.stats = std::move(call.stats);
+  } else {
+    const auto& outputs = fn.outputs();
+    key.output_dtype = floating_dtype(outputs);
+    if (key.output_dtype < 0) key.output_dtype = first_dtype(outputs);
+    std::int8_t out_float = floating_dtype(outputs);
+    key.compute_dtype = call.inner_seen && call.inner_dtype >= 0 ? call.inner_dtype
+                        : out_float >= 0                         ? out_float
+                                                                 : call.input_dtype;
+    key.autocast = classify(call, key.compute_dtype);
+    agg.casts = call.inner_seen ? call.pending_casts : 0;
+    agg.stats = stats_of(outputs);
+    if (agg.stats.nonfinite() > 0) {
+      if (!call.inputs_checked) call.inputs_finite = all_finite(call.inputs);
+      if (call.inputs_finite) {
+        agg.nonfinite_from_finite = 1;
+        agg.first_nonfinite_step = call.step;
+      }
+      record_first_nonfinite(fn, call, key.compute_dtype, agg.stats);
+    }
+    if (call.info->update_scale) record_loss_scale(call, call.step);
+  }
+  if (agg.stats.finite() > 0) agg.absmax_by_step.emplace_back(call.step, agg.stats.absmax);
+  std::lock_guard<std::mutex> lock(t.table->mu);
+  t.table->entries[key].merge(agg);
+}
+
+void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
+  auto& t = thread_state();
+  if (ctx && dynamic_cast<EngineWrapper*>(ctx)) return;
+  if (t.depth > 0) --t.depth;
+  if (!ctx) return;
+  auto* call = static_cast<Call*>(ctx);
+  try {
+    if (call->inner) {
+      if (Call* top = t.top) {
+        std::int8_t out = floating_dtype(fn.outputs());
+        top->inner_dtype = out >= 0 ? out : call->inner_dtype;
+        top->inner_seen = true;
+      }
+      return;
+    }
+    if (t.top == call) t.top = nullptr;
+    at::DisableRecordFunctionGuard no_observe;  // our own tensor work is not the user's
+    finish_top(fn, *call, t);
+  } catch (const std::exception&) {
+    if (t.top == call) t.top = nullptr;
+  }
+}
+
+at::CallbackHandle g_handle = at::INVALID_CALLBACK_HANDLE;
+std::mutex g_control_mu;
+
+}  // namespace
+}  // namespace detail
+
+void Observer::start(const ObserverOptions& options) {
+  auto& g = detail::global();
+  std::lock_guard<std::mutex> lock(detail::g_control_mu);
+  if (g.running.load()) throw std::logic_error("ampscope: the observer is already running");
+  g.reset();
+  g.every = options.every < 1 ? 1 : options.every;
+  g.generation.fetch_add(1, std::memory_order_acq_rel);
+  g.running.store(true);
+  detail::g_handle = at::addGlobalCallback(
+      at::RecordFunctionCallback(&detail::on_start, &detail::on_end)
+          .needsInputs(true)
+          .needsOutputs(true)
+          .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+}
+
+void Observer::stop() {
+  auto& g = detail::global();
+  std::lock_guard<std::mutex> lock(detail::g_control_mu);
+  if (!g.running.load()) return;
+  g.running.store(false);
+  at::removeCallback(detail::g_handle);
+  detail::g_handle = at::INVALID_CALLBACK_HANDLE;
+}
+
+bool Observer::running() { return detail::global().running.load(); }
+
+void Observer::mark_step() { detail::global().step.fetch_add(1); }
+
+std::int64_t Observer::current_step() { return detail::global().step.load(); }
+
+bool Observer::sampling_now() {
+  auto& g = detail::global();
+  return g.running.load() && (g.every <= 1 || g.step.load() % g.every == 0);
+}
+
+void Observer::push_layer(LayerId id) { detail::tls.layers.push_back(id); }
+void Observer::pop_layer() {
+  if (!detail::tls.layers.empty()) detail::tls.layers.pop_back();
+}
+void Observer::push_phase(Phase p) { detail::tls.phases.push_back(p); }
+void Observer::pop_phase() {
+  if (!detail::tls.phases.empty()) detail::tls.phases.pop_back();
+}
+
+std::string Observer::op_name(std::uint32_t id) { return detail::global().ops.name(id); }
+
+ObserverSnapshot Observer::snapshot() {
+  auto& g = detail::global();
+  ObserverSnapshot snap;
+  std::unordered_map<OpKey, OpAggregate, detail::OpKeyHash> merged;
+  {
+    std::lock_guard<std::mutex> lock(g.tables_mu);
+    for (auto& table : g.tables) {
+      std::lock_guard<std::mutex> tl(table->mu);
+      for (const auto& [key, agg] : table->entries) merged[key].merge(agg);
+    }
+  }
+  snap.entries.assign(merged.begin(), merged.end());
+  snap.op_names = g.ops.names();
+  {
+    std::lock_guard<std::mutex> lock(g.records_mu);
+    snap.first_nonfinite = g.first_nonfinite;
+    snap.loss_scale = g.loss_scale;
+  }
+  snap.steps = g.step.load();
+  return snap;
+}
+
+}  // namespace ampscope

@@ -1,0 +1,192 @@
+#include "observer_state.h"
+
+#include <c10/core/ScalarType.h>
+
+#include <algorithm>
+#include <functional>
+
+namespace ampscope {
+
+std::string_view phase_name(Phase p) {
+  switch (p) {
+    case Phase::kForward: return "forward";
+    case Phase::kBackward: return "backward";
+    case Phase::kOptimizer: return "optimizer";
+  }
+  return "forward";
+}
+
+std::string_view autocast_class_name(AutocastClass c) {
+  switch (c) {
+    case AutocastClass::kNone: return "none";
+    case AutocastClass::kLowerPrecision: return "lower_precision";
+    case AutocastClass::kFp32: return "fp32";
+    case AutocastClass::kPromote: return "promote";
+  }
+  return "none";
+}
+
+std::string dtype_name(std::int8_t scalar_type) {
+  if (scalar_type < 0) return "";
+  switch (static_cast<c10::ScalarType>(scalar_type)) {
+    case c10::ScalarType::Float: return "float32";
+    case c10::ScalarType::Double: return "float64";
+    case c10::ScalarType::Half: return "float16";
+    case c10::ScalarType::BFloat16: return "bfloat16";
+    case c10::ScalarType::Float8_e4m3fn: return "float8_e4m3fn";
+    case c10::ScalarType::Float8_e5m2: return "float8_e5m2";
+    case c10::ScalarType::Long: return "int64";
+    case c10::ScalarType::Int: return "int32";
+    case c10::ScalarType::Short: return "int16";
+    case c10::ScalarType::Char: return "int8";
+    case c10::ScalarType::Byte: return "uint8";
+    case c10::ScalarType::Bool: return "bool";
+    case c10::ScalarType::ComplexFloat: return "complex64";
+    case c10::ScalarType::ComplexDouble: return "complex128";
+    default: return std::string(c10::toString(static_cast<c10::ScalarType>(scalar_type)));
+  }
+}
+
+bool OpKey::operator==(const OpKey& o) const {
+  return layer == o.layer && op == o.op && phase == o.phase && input_dtype == o.input_dtype &&
+         compute_dtype == o.compute_dtype && output_dtype == o.output_dtype &&
+         autocast == o.autocast;
+}
+
+void OpAggregate::merge(const OpAggregate& o) {
+  if (o.calls == 0) return;
+  if (calls == 0) {
+    *this = o;
+    return;
+  }
+  calls += o.calls;
+  casts += o.casts;
+  first_step = std::min(first_step, o.first_step);
+  last_step = std::max(last_step, o.last_step);
+  nonfinite_from_finite += o.nonfinite_from_finite;
+  if (o.first_nonfinite_step >= 0 &&
+      (first_nonfinite_step < 0 || o.first_nonfinite_step < first_nonfinite_step)) {
+    first_nonfinite_step = o.first_nonfinite_step;
+  }
+  stats.merge(o.stats);
+  for (const auto& [step, v] : o.absmax_by_step) detail::append_series(absmax_by_step, step, v);
+  std::sort(absmax_by_step.begin(), absmax_by_step.end());
+}
+
+namespace detail {
+
+std::size_t OpKeyHash::operator()(const OpKey& k) const noexcept {
+  std::uint64_t h = static_cast<std::uint32_t>(k.layer);
+  h = h * 0x9E3779B97F4A7C15ull ^ k.op;
+  h = h * 0x9E3779B97F4A7C15ull ^
+      (static_cast<std::uint64_t>(k.phase) | (std::uint64_t(std::uint8_t(k.input_dtype)) << 8) |
+       (std::uint64_t(std::uint8_t(k.compute_dtype)) << 16) |
+       (std::uint64_t(std::uint8_t(k.output_dtype)) << 24) |
+       (std::uint64_t(k.autocast) << 32));
+  return std::hash<std::uint64_t>{}(h);
+}
+
+std::uint32_t InternTable::intern(std::string_view name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = ids_.find(std::string(name));
+  if (it != ids_.end()) return it->second;
+  auto id = static_cast<std::uint32_t>(names_.size());
+  names_.emplace_back(name);
+  ids_.emplace(names_.back(), id);
+  return id;
+}
+
+std::string InternTable::name(std::uint32_t id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return id < names_.size() ? names_[id] : std::string("?");
+}
+
+std::vector<std::string> InternTable::names() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return names_;
+}
+
+// Slot layout: sequence number + 1 in the high 40 bits, layer id + 1 in the low 24 bits.
+void SeqRing::put(std::int64_t seq, LayerId layer) {
+  if (seq < 0) return;
+  auto packed = (static_cast<std::uint64_t>(seq + 1) << 24) |
+                (static_cast<std::uint64_t>(layer + 1) & 0xFFFFFF);
+  slots_[static_cast<std::size_t>(seq) & (kSize - 1)].store(packed, std::memory_order_relaxed);
+}
+
+LayerId SeqRing::get(std::int64_t seq) const {
+  if (seq < 0) return -1;
+  auto packed = slots_[static_cast<std::size_t>(seq) & (kSize - 1)].load(std::memory_order_relaxed);
+  if ((packed >> 24) != static_cast<std::uint64_t>(seq + 1)) return -1;
+  return static_cast<LayerId>(packed & 0xFFFFFF) - 1;
+}
+
+void append_series(std::vector<std::pair<std::int64_t, double>>& series, std::int64_t step,
+                   double absmax) {
+  if (!series.empty() && series.back().first == step) {
+    series.back().second = std::max(series.back().second, absmax);
+    return;
+  }
+  for (auto& point : series) {
+    if (point.first == step) {
+      point.second = std::max(point.second, absmax);
+      return;
+    }
+  }
+  series.emplace_back(step, absmax);
+  if (series.size() <= kMaxSeriesPoints) return;
+  // Keep every other point, folding each dropped point's maximum into its kept neighbour.
+  std::vector<std::pair<std::int64_t, double>> halved;
+  halved.reserve(series.size() / 2 + 1);
+  for (std::size_t i = 0; i < series.size(); i += 2) {
+    auto p = series[i];
+    if (i + 1 < series.size()) p.second = std::max(p.second, series[i + 1].second);
+    halved.push_back(p);
+  }
+  series.swap(halved);
+}
+
+std::shared_ptr<ThreadTable> GlobalState::new_table() {
+  auto table = std::make_shared<ThreadTable>();
+  std::lock_guard<std::mutex> lock(tables_mu);
+  tables.push_back(table);
+  return table;
+}
+
+std::shared_ptr<SeqRing> GlobalState::ring(std::uint64_t thread_id) {
+  std::lock_guard<std::mutex> lock(rings_mu);
+  auto& slot = rings[thread_id];
+  if (!slot) slot = std::make_shared<SeqRing>();
+  return slot;
+}
+
+std::shared_ptr<SeqRing> GlobalState::find_ring(std::uint64_t thread_id) {
+  std::lock_guard<std::mutex> lock(rings_mu);
+  auto it = rings.find(thread_id);
+  return it == rings.end() ? nullptr : it->second;
+}
+
+void GlobalState::reset() {
+  {
+    std::lock_guard<std::mutex> lock(tables_mu);
+    for (auto& t : tables) {
+      std::lock_guard<std::mutex> tl(t->mu);
+      t->entries.clear();
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lock(records_mu);
+    first_nonfinite.reset();
+    loss_scale.clear();
+  }
+  have_first_nonfinite.store(false);
+  step.store(0);
+}
+
+GlobalState& global() {
+  static GlobalState* state = new GlobalState();  // never destroyed: callbacks may outlive main
+  return *state;
+}
+
+}  // namespace detail
+}  // namespace ampscope

@@ -1,0 +1,89 @@
+// Internal state behind the Observer: interned op names, per-thread aggregation tables, the
+// forward (thread, sequence number) -> layer ring used to attribute backward nodes, and the
+// run-wide records (first non-finite, loss scale). No torch headers.
+#pragma once
+
+#include <ampscope/profiler/observer.h>
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace ampscope::detail {
+
+struct OpKeyHash {
+  std::size_t operator()(const OpKey& k) const noexcept;
+};
+
+/// Op name <-> small id. Ids are never reused within a process.
+class InternTable {
+ public:
+  std::uint32_t intern(std::string_view name);
+  std::string name(std::uint32_t id) const;
+  std::vector<std::string> names() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<std::string, std::uint32_t> ids_;
+  std::vector<std::string> names_;
+};
+
+/// One thread's aggregation table. Locked by its owner per record and by snapshots.
+struct ThreadTable {
+  std::mutex mu;
+  std::unordered_map<OpKey, OpAggregate, OpKeyHash> entries;
+};
+
+/// Maps forward sequence numbers of one forward thread to the layer that created the node.
+/// A fixed ring (old entries are overwritten), written by the forward thread, read by autograd
+/// threads; entries are packed atomics so reads never tear.
+class SeqRing {
+ public:
+  static constexpr std::size_t kSize = std::size_t{1} << 18;
+  void put(std::int64_t seq, LayerId layer);
+  /// The layer recorded for `seq`, or -1 when unknown or overwritten.
+  LayerId get(std::int64_t seq) const;
+
+ private:
+  std::unique_ptr<std::atomic<std::uint64_t>[]> slots_{new std::atomic<std::uint64_t>[kSize]()};
+};
+
+/// Appends (step, absmax) to a bounded series; halves it (keeping maxima) when full.
+void append_series(std::vector<std::pair<std::int64_t, double>>& series, std::int64_t step,
+                   double absmax);
+
+/// Run-wide state shared by all threads.
+struct GlobalState {
+  std::atomic<bool> running{false};
+  std::atomic<std::uint64_t> generation{0};  ///< bumped by every start(): stale thread state resets
+  std::atomic<std::int64_t> step{0};
+  int every = 1;
+  InternTable ops;
+
+  std::mutex tables_mu;
+  std::vector<std::shared_ptr<ThreadTable>> tables;
+
+  std::mutex rings_mu;
+  std::unordered_map<std::uint64_t, std::shared_ptr<SeqRing>> rings;  ///< by logical thread id
+
+  std::atomic<bool> have_first_nonfinite{false};
+  std::mutex records_mu;
+  std::optional<NonFiniteRecord> first_nonfinite;
+  std::vector<LossScaleRecord> loss_scale;
+
+  /// Registers a new table for the calling thread.
+  std::shared_ptr<ThreadTable> new_table();
+  /// The ring of a forward thread, created on first use.
+  std::shared_ptr<SeqRing> ring(std::uint64_t thread_id);
+  /// The ring of a forward thread, or nullptr.
+  std::shared_ptr<SeqRing> find_ring(std::uint64_t thread_id);
+  /// Clears every table and record (tables stay registered).
+  void reset();
+};
+
+GlobalState& global();
+
+}  // namespace ampscope::detail

@@ -1,0 +1,147 @@
+// The stats block: exponent histogram, merging, derived values, format names, tensor views.
+#include "ampscope/profiler/stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace ampscope {
+
+// ---------------------------------------------------------------- formats
+
+std::string_view format_name(Format f) {
+  switch (f) {
+    case Format::kFloat16: return "float16";
+    case Format::kBFloat16: return "bfloat16";
+    case Format::kFloat8E4M3FN: return "float8_e4m3fn";
+    case Format::kFloat8E5M2: return "float8_e5m2";
+  }
+  return "unknown";
+}
+
+bool format_from_name(std::string_view name, Format* out) {
+  for (int i = 0; i < kNumFormats; ++i) {
+    const auto f = static_cast<Format>(i);
+    if (format_name(f) == name) {
+      if (out != nullptr) *out = f;
+      return true;
+    }
+  }
+  return false;
+}
+
+double format_max(Format f) {
+  switch (f) {
+    case Format::kFloat16: return 65504.0;
+    case Format::kBFloat16: return std::ldexp(255.0, 120);  // (2 - 2^-7) * 2^127
+    case Format::kFloat8E4M3FN: return 448.0;
+    case Format::kFloat8E5M2: return 57344.0;
+  }
+  return 0.0;
+}
+
+// ---------------------------------------------------------------- ExpHist
+
+void ExpHist::add(int e, std::int64_t n) {
+  if (n == 0) return;
+  if (bins_.empty()) {
+    lo_ = e;
+    bins_.assign(1, n);
+    return;
+  }
+  if (e < lo_) {
+    bins_.insert(bins_.begin(), static_cast<std::size_t>(lo_ - e), 0);
+    lo_ = e;
+  } else if (e >= hi()) {
+    bins_.resize(static_cast<std::size_t>(e - lo_ + 1), 0);
+  }
+  bins_[static_cast<std::size_t>(e - lo_)] += n;
+}
+
+void ExpHist::merge(const ExpHist& other) {
+  if (other.bins_.empty()) return;
+  if (bins_.empty()) {
+    *this = other;
+    return;
+  }
+  const int new_lo = std::min(lo_, other.lo_);
+  const int new_hi = std::max(hi(), other.hi());
+  if (new_lo < lo_) {
+    bins_.insert(bins_.begin(), static_cast<std::size_t>(lo_ - new_lo), 0);
+    lo_ = new_lo;
+  }
+  if (static_cast<int>(bins_.size()) < new_hi - lo_) bins_.resize(static_cast<std::size_t>(new_hi - lo_), 0);
+  for (std::size_t i = 0; i < other.bins_.size(); ++i)
+    bins_[static_cast<std::size_t>(other.lo_ - lo_) + i] += other.bins_[i];
+}
+
+std::int64_t ExpHist::at(int e) const {
+  if (bins_.empty() || e < lo_ || e >= hi()) return 0;
+  return bins_[static_cast<std::size_t>(e - lo_)];
+}
+
+std::int64_t ExpHist::total() const {
+  std::int64_t t = 0;
+  for (auto b : bins_) t += b;
+  return t;
+}
+
+bool ExpHist::operator==(const ExpHist& o) const {
+  // Compare bin by bin over the union of both ranges, so stored zero edges never matter.
+  if (empty() && o.empty()) return true;
+  const int lo = empty() ? o.lo_ : o.empty() ? lo_ : std::min(lo_, o.lo_);
+  const int hi = empty() ? o.hi() : o.empty() ? this->hi() : std::max(this->hi(), o.hi());
+  for (int e = lo; e < hi; ++e)
+    if (at(e) != o.at(e)) return false;
+  return true;
+}
+
+// ---------------------------------------------------------------- Stats
+
+double Stats::mean() const {
+  const std::int64_t n = finite();
+  return n > 0 ? sum / static_cast<double>(n) : 0.0;
+}
+
+double Stats::rms() const {
+  const std::int64_t n = finite();
+  return n > 0 ? std::sqrt(sum_sq / static_cast<double>(n)) : 0.0;
+}
+
+void Stats::merge(const Stats& o) {
+  count += o.count;
+  nan += o.nan;
+  posinf += o.posinf;
+  neginf += o.neginf;
+  zeros += o.zeros;
+  absmax = std::max(absmax, o.absmax);
+  absmin_nonzero = std::min(absmin_nonzero, o.absmin_nonzero);
+  sum += o.sum;
+  sum_sq += o.sum_sq;
+  for (int i = 0; i < kNumFormats; ++i) {
+    overflow[i] += o.overflow[i];
+    underflow[i] += o.underflow[i];
+    subnormal[i] += o.subnormal[i];
+  }
+  exp_hist.merge(o.exp_hist);
+}
+
+// ---------------------------------------------------------------- TensorView
+
+std::int64_t TensorView::numel() const {
+  std::int64_t n = 1;
+  for (auto s : sizes) n *= s;
+  return n;
+}
+
+bool TensorView::is_contiguous() const {
+  if (numel() == 0) return true;
+  std::int64_t expected = 1;
+  for (std::size_t d = sizes.size(); d-- > 0;) {
+    if (sizes[d] == 1) continue;
+    if (d >= strides.size() || strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+}  // namespace ampscope

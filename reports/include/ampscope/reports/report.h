@@ -1,0 +1,112 @@
+// The report model: what one profiled run saw, per layer and op. Built by the session from the
+// aggregated events, read back from report.json, consumed by the recommendation engine and the
+// writers. No torch types here.
+#pragma once
+
+#include <ampscope/profiler/stats.h>
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ampscope::reports {
+
+inline constexpr const char* kReportSchema = "ampscope.report/1";
+inline constexpr const char* kPrecisionMapSchema = "ampscope.precision_map/1";
+/// Layer name for ops that ran outside every attached module.
+inline constexpr const char* kOutsideLayer = "<outside>";
+
+/// One aggregated op entry of a layer, keyed by (op, phase, input, compute, output dtype).
+struct OpRecord {
+  std::string op;             ///< "aten::linear", or an autograd node name such as "AddmmBackward0"
+  std::string phase;          ///< "forward" | "backward" | "optimizer"
+  std::int64_t calls = 0;
+  std::string input_dtype;    ///< dtype of the floating inputs as written ("" when none)
+  std::string compute_dtype;  ///< dtype the op computed in
+  std::string output_dtype;   ///< dtype it returned ("" when no tensor)
+  std::string autocast;       ///< "lower_precision" | "fp32" | "promote" | "none"
+  std::int64_t casts = 0;     ///< casts autocast inserted for these calls
+  std::int64_t first_step = 0;
+  std::int64_t last_step = 0;
+  /// Calls whose outputs held NaN/Inf although every floating input was finite: the op itself
+  /// produced them (an origin), as opposed to passing on someone else's.
+  std::int64_t nonfinite_from_finite = 0;
+  std::int64_t first_nonfinite_step = -1;  ///< step of the first such call (-1: none)
+  Stats stats;                ///< outputs (forward/optimizer); incoming gradients (backward)
+  /// Per step absmax of the outputs, at most kMaxSeries points (down-sampled beyond that).
+  std::vector<std::pair<std::int64_t, double>> absmax_by_step;
+};
+
+/// Gradient stats of one parameter, owned by the layer that registers it.
+struct ParamRecord {
+  std::string name;   ///< qualified name, e.g. "blocks.0.ffn.wo.weight"
+  std::string dtype;  ///< the parameter's dtype
+  std::int64_t updates = 0;  ///< backward passes that produced a gradient
+  Stats grad;
+};
+
+struct Layer {
+  std::string name;  ///< qualified named_modules() name; "" is the root; "<outside>"
+  std::string type;  ///< module type name, e.g. "Linear"
+  std::vector<OpRecord> ops;
+  std::vector<ParamRecord> params;
+};
+
+struct RunInfo {
+  std::string torch_version;
+  std::string device;          ///< "cpu" | "cuda"
+  std::string autocast_dtype;  ///< low-precision dtype of the run ("" when autocast was off)
+  std::int64_t steps = 0;
+  std::string started;         ///< ISO 8601 UTC
+  double duration_s = 0.0;
+  std::string command;
+  int rank = 0;
+  int world_size = 1;
+  int every = 1;               ///< stats taken every N steps
+  std::vector<std::string> notes;  ///< what the run could not see, and why
+};
+
+/// The first op whose output held a non-finite value.
+struct NonFiniteEvent {
+  std::int64_t step = 0;
+  std::string phase;
+  std::string layer;
+  std::string op;
+  std::string kind;            ///< "nan" | "inf"
+  bool inputs_finite = true;
+  std::optional<bool> fp32_also_nonfinite;  ///< null until re-checked
+  std::string compute_dtype;
+  std::optional<Stats> output_stats;
+};
+
+struct LossScalePoint {
+  std::int64_t step = 0;
+  double scale = 0.0;
+  bool found_inf = false;
+};
+
+struct Recommendation {
+  std::string layer;
+  std::string action;    ///< "pin_fp32" | "loss_scaling" | "fix_model" | ...
+  std::string severity;  ///< "critical" | "high" | "medium" | "low"
+  std::vector<std::string> reasons;  ///< stable codes, see README
+  nlohmann::json evidence = nlohmann::json::object();
+};
+
+struct Report {
+  RunInfo run;
+  std::vector<Layer> layers;
+  std::optional<NonFiniteEvent> first_nonfinite;
+  std::vector<LossScalePoint> loss_scale;
+  std::vector<Recommendation> recommendations;
+
+  /// The layer called `name`, or nullptr.
+  const Layer* find_layer(const std::string& name) const;
+};
+
+/// Most points kept in a per-op time series; longer runs are down-sampled to this.
+inline constexpr std::size_t kMaxSeries = 256;
+
+}  // namespace ampscope::reports

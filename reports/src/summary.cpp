@@ -1,0 +1,222 @@
+// The terminal summary: run line, verdict, top risks, autocast choices per layer, float16
+// headroom and gradient ranges, as aligned plain-text tables.
+
+#include <ampscope/reports/summary.h>
+
+#include <ampscope/reports/recommend.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "text_util.h"
+
+namespace ampscope::reports {
+
+namespace {
+
+using text::number;
+using text::pad;
+using text::truncate_middle;
+using text::width;
+
+constexpr std::size_t kNameWidth = 40;  // longest layer/param name shown before "…"
+
+struct Style {
+  bool on = false;
+  std::string wrap(const std::string& s, const char* code) const {
+    return on ? fmt::format("\x1b[{}m{}\x1b[0m", code, s) : s;
+  }
+  std::string bold(const std::string& s) const { return wrap(s, "1"); }
+  std::string severity(const std::string& padded, const std::string& sev) const {
+    if (sev == "critical") return wrap(padded, "1;31");
+    if (sev == "high") return wrap(padded, "31");
+    if (sev == "medium") return wrap(padded, "33");
+    return padded;
+  }
+};
+
+/// An aligned table: each column as wide as its widest cell (cells already truncated).
+class Table {
+ public:
+  explicit Table(std::vector<std::string> headers) : headers_(std::move(headers)) {}
+  void row(std::vector<std::string> cells) {
+    cells.resize(headers_.size());
+    rows_.push_back(std::move(cells));
+  }
+  bool empty() const { return rows_.empty(); }
+  /// `decorate(row, col, padded)` may colour a padded cell (row -1 is the header).
+  template <typename Decorate>
+  std::string render(const std::string& indent, Decorate decorate) const {
+    std::vector<std::size_t> w(headers_.size());
+    for (std::size_t c = 0; c < headers_.size(); ++c) {
+      w[c] = width(headers_[c]);
+      for (const auto& r : rows_) w[c] = std::max(w[c], width(r[c]));
+    }
+    std::string out;
+    auto line = [&](const std::vector<std::string>& cells, int row) {
+      std::string l = indent;
+      for (std::size_t c = 0; c < cells.size(); ++c) {
+        const bool last = c + 1 == cells.size();
+        l += decorate(row, c, last ? cells[c] : pad(cells[c], w[c]));
+        if (!last) l += "  ";
+      }
+      while (!l.empty() && l.back() == ' ') l.pop_back();
+      out += l + "\n";
+    };
+    line(headers_, -1);
+    for (std::size_t i = 0; i < rows_.size(); ++i) line(rows_[i], static_cast<int>(i));
+    return out;
+  }
+  std::string render(const std::string& indent) const {
+    return render(indent, [](int, std::size_t, const std::string& s) { return s; });
+  }
+
+ private:
+  std::vector<std::string> headers_;
+  std::vector<std::vector<std::string>> rows_;
+};
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+std::string run_line(const RunInfo& r) {
+  std::string autocast = r.autocast_dtype.empty() ? "autocast off" : "autocast " + r.autocast_dtype;
+  std::string line = fmt::format("{}, {}, {} step{}, {} s, torch {}", r.device.empty() ? "?" : r.device,
+                                 autocast, r.steps, r.steps == 1 ? "" : "s", number(r.duration_s),
+                                 r.torch_version.empty() ? "?" : r.torch_version);
+  if (r.world_size > 1) line += fmt::format(", rank {}/{}", r.rank, r.world_size);
+  if (r.every > 1) line += fmt::format(", stats every {} steps", r.every);
+  return line;
+}
+
+void top_risks(const Report& report, const Style& st, std::string& out) {
+  out += st.bold("Top risks") + "\n";
+  const std::vector<Recommendation>& recs = report.recommendations;
+  if (recs.empty()) {
+    out += "  none\n";
+    return;
+  }
+  Table t({"SEVERITY", "ACTION", "LAYER", "REASONS", "EVIDENCE"});
+  for (const Recommendation& r : recs)
+    t.row({r.severity, r.action, truncate_middle(text::layer_label(r.layer), kNameWidth),
+           truncate_middle(join(r.reasons, ","), 40), text::truncate_end(text::key_evidence(r), 100)});
+  out += t.render("  ", [&](int row, std::size_t col, const std::string& s) {
+    if (row < 0 || col != 0) return s;
+    return st.severity(s, recs[static_cast<std::size_t>(row)].severity);
+  });
+}
+
+void autocast_table(const Report& report, const SummaryOptions& opt, std::string& out) {
+  out += "Autocast choices per layer (forward)\n";
+  Table t({"LAYER", "TYPE", "OP", "CALLS", "WRITTEN→COMPUTED→RETURNED", "AUTOCAST", "CASTS"});
+  std::size_t shown = 0, more = 0;
+  for (const Layer& l : report.layers) {
+    const bool has_forward = std::any_of(l.ops.begin(), l.ops.end(),
+                                         [](const OpRecord& o) { return o.phase == "forward"; });
+    if (!has_forward) continue;
+    if (shown >= opt.max_layers) {
+      ++more;
+      continue;
+    }
+    ++shown;
+    bool first = true;
+    for (const OpRecord& op : l.ops) {
+      if (op.phase != "forward") continue;
+      t.row({first ? truncate_middle(text::layer_label(l.name), kNameWidth) : "",
+             first ? truncate_middle(l.type, 20) : "", truncate_middle(op.op, 32),
+             std::to_string(op.calls), text::dtype_chain(op), op.autocast, std::to_string(op.casts)});
+      first = false;
+    }
+  }
+  if (t.empty()) {
+    out += "  no forward ops recorded\n";
+    return;
+  }
+  out += t.render("  ");
+  if (more > 0) out += fmt::format("  ... {} more layer{}\n", more, more == 1 ? "" : "s");
+}
+
+void fp16_headroom(const Report& report, std::string& out) {
+  std::string run = report.run.autocast_dtype;
+  if (run.rfind("torch.", 0) == 0) run = run.substr(6);
+  if (run == "float16") return;  // the run itself would have shown the overflows
+  const double fmax = format_max(Format::kFloat16);
+  std::vector<std::string> lines;
+  for (const Layer& l : report.layers) {
+    double absmax = 0;
+    std::int64_t overflow = 0;
+    std::string worst_op;
+    for (const OpRecord& op : l.ops) {
+      if (op.phase != "forward") continue;
+      overflow += op.stats.overflow_in(Format::kFloat16);
+      if (op.stats.absmax > absmax) {
+        absmax = op.stats.absmax;
+        worst_op = op.op;
+      }
+    }
+    if (absmax <= fmax && overflow == 0) continue;
+    lines.push_back(fmt::format("  float16 headroom: {}: absmax {} ({}) vs max {}, {} value{} — would overflow in float16\n",
+                                truncate_middle(text::layer_label(l.name), kNameWidth),
+                                number(absmax), worst_op, number(fmax), overflow,
+                                overflow == 1 ? "" : "s"));
+  }
+  if (lines.empty()) return;
+  out += "float16 headroom\n";
+  for (const auto& l : lines) out += l;
+}
+
+void gradient_ranges(const Report& report, const SummaryOptions& opt, std::string& out) {
+  Table t({"PARAM", "DTYPE", "GRAD ABSMAX", "MIN EXP", "UNDERFLOW FP16", "NON-FINITE"});
+  std::size_t shown = 0, more = 0;
+  for (const Layer& l : report.layers) {
+    for (const ParamRecord& p : l.params) {
+      if (shown >= opt.max_layers) {
+        ++more;
+        continue;
+      }
+      ++shown;
+      const Stats& g = p.grad;
+      t.row({truncate_middle(p.name, kNameWidth), text::short_dtype(p.dtype),
+             g.finite() > 0 ? number(g.absmax) : "-",
+             g.exp_hist.empty() ? "-" : std::to_string(g.exp_hist.lo()),
+             std::to_string(g.underflow_in(Format::kFloat16)), std::to_string(g.nonfinite())});
+    }
+  }
+  out += "Gradient ranges\n";
+  if (t.empty()) {
+    out += "  no parameter gradients recorded\n";
+    return;
+  }
+  out += t.render("  ");
+  if (more > 0) out += fmt::format("  ... {} more param{}\n", more, more == 1 ? "" : "s");
+}
+
+}  // namespace
+
+std::string render_summary(const Report& report, const SummaryOptions& options) {
+  Style st{options.color};
+  std::string out;
+  out += st.bold("ampscope") + ": " + run_line(report.run) + "\n";
+  if (!report.run.command.empty()) out += "  command: " + truncate_middle(report.run.command, 120) + "\n";
+  for (const std::string& note : report.run.notes) out += "  note: " + note + "\n";
+  const std::string verdict = text::verdict(report);
+  out += "Verdict: " + (report.first_nonfinite ? st.wrap(verdict, "1;31") : st.wrap(verdict, "32")) + "\n";
+  out += "\n";
+  top_risks(report, st, out);
+  out += "\n";
+  autocast_table(report, options, out);
+  std::string headroom;
+  fp16_headroom(report, headroom);
+  if (!headroom.empty()) out += "\n" + headroom;
+  out += "\n";
+  gradient_ranges(report, options, out);
+  return out;
+}
+
+}  // namespace ampscope::reports

@@ -1,0 +1,148 @@
+// Private helpers shared by the summary and HTML writers: number and dtype formatting, UTF-8
+// aware width and truncation.
+#pragma once
+
+#include <ampscope/reports/report.h>
+
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace ampscope::reports::text {
+
+/// Columns a UTF-8 string takes (one per code point; continuation bytes do not count).
+inline std::size_t width(const std::string& s) {
+  std::size_t n = 0;
+  for (unsigned char c : s)
+    if ((c & 0xC0) != 0x80) ++n;
+  return n;
+}
+
+/// Byte offset of code point `cp` in `s` (s.size() when past the end).
+inline std::size_t cp_offset(const std::string& s, std::size_t cp) {
+  std::size_t seen = 0;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
+      if (seen == cp) return i;
+      ++seen;
+    }
+  }
+  return s.size();
+}
+
+/// `s` cut to at most `max` columns by replacing its middle with "…".
+inline std::string truncate_middle(const std::string& s, std::size_t max) {
+  const std::size_t w = width(s);
+  if (w <= max) return s;
+  if (max == 0) return "";
+  if (max == 1) return "…";
+  const std::size_t keep = max - 1;
+  const std::size_t head = (keep + 1) / 2, tail = keep - head;
+  return s.substr(0, cp_offset(s, head)) + "…" + s.substr(cp_offset(s, w - tail));
+}
+
+/// `s` cut to at most `max` columns, ending in "…" when cut.
+inline std::string truncate_end(const std::string& s, std::size_t max) {
+  if (width(s) <= max) return s;
+  if (max == 0) return "";
+  return s.substr(0, cp_offset(s, max - 1)) + "…";
+}
+
+/// `s` padded with spaces on the right to `w` columns.
+inline std::string pad(const std::string& s, std::size_t w) {
+  const std::size_t have = width(s);
+  return have >= w ? s : s + std::string(w - have, ' ');
+}
+
+/// A compact number: integers plainly, others in 4 significant digits; "nan"/"inf" spelled out.
+inline std::string number(double v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == std::floor(v) && std::fabs(v) < 1e7) return fmt::format("{:.0f}", v);
+  return fmt::format("{:.4g}", v);
+}
+
+/// A layer name as shown to people: the root module is "(root)".
+inline std::string layer_label(const std::string& name) { return name.empty() ? "(root)" : name; }
+
+/// Short dtype names for tables: float32 -> fp32, bfloat16 -> bf16; "" -> "-".
+inline std::string short_dtype(const std::string& d) {
+  std::string s = d.rfind("torch.", 0) == 0 ? d.substr(6) : d;
+  if (s.empty()) return "-";
+  if (s == "float32") return "fp32";
+  if (s == "float16") return "fp16";
+  if (s == "bfloat16") return "bf16";
+  if (s == "float64") return "fp64";
+  if (s == "float8_e4m3fn") return "fp8e4m3";
+  if (s == "float8_e5m2") return "fp8e5m2";
+  return s;
+}
+
+/// "written→computed→returned" with short dtype names.
+inline std::string dtype_chain(const OpRecord& op) {
+  return short_dtype(op.input_dtype) + "→" + short_dtype(op.compute_dtype) + "→" +
+         short_dtype(op.output_dtype);
+}
+
+/// The verdict sentence on the run's first non-finite value (or that it was clean).
+inline std::string verdict(const Report& r) {
+  if (!r.first_nonfinite) return "clean: no NaN/Inf seen";
+  const NonFiniteEvent& e = *r.first_nonfinite;
+  std::string recheck = !e.fp32_also_nonfinite ? "not run"
+                        : *e.fp32_also_nonfinite ? "also non-finite"
+                                                 : "finite";
+  return fmt::format("first non-finite: step {}, phase {}, layer {}, op {} ({}) — {}; FP32 re-check: {}",
+                     e.step, e.phase, layer_label(e.layer), e.op, e.kind,
+                     e.inputs_finite ? "from finite inputs" : "propagated", recheck);
+}
+
+/// A short line of a recommendation's key evidence.
+inline std::string key_evidence(const Recommendation& rec) {
+  std::string out;
+  auto add = [&out](const std::string& s) { out += (out.empty() ? "" : "; ") + s; };
+  auto get_num = [](const nlohmann::json& o, const char* k, double* v) {
+    auto it = o.find(k);
+    if (it == o.end() || !it->is_number()) return false;
+    *v = it->get<double>();
+    return true;
+  };
+  auto get_str = [](const nlohmann::json& o, const char* k) {
+    auto it = o.find(k);
+    return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const nlohmann::json& ev = rec.evidence;
+  if (!ev.is_object()) return out;
+  if (auto it = ev.find("first_nonfinite"); it != ev.end() && it->is_object()) {
+    double step = 0;
+    std::string s = get_str(*it, "op");
+    if (get_num(*it, "step", &step)) s += " at step " + number(step);
+    std::string kind = get_str(*it, "kind");
+    if (!kind.empty()) s += " (" + kind + ")";
+    std::string recheck = get_str(*it, "fp32_recheck");
+    if (!recheck.empty()) s += ", fp32 re-check " + recheck;
+    add(s);
+  }
+  if (auto it = ev.find("ops"); it != ev.end() && it->is_array()) {
+    for (const auto& op : *it) {
+      if (!op.is_object()) continue;
+      std::string s = get_str(op, "op");
+      double bad = 0, calls = 0;
+      if (get_num(op, "nonfinite_from_finite", &bad)) {
+        s += ": " + number(bad);
+        if (get_num(op, "calls", &calls)) s += "/" + number(calls);
+        s += " calls non-finite";
+      }
+      double absmax = 0, fmax = 0;
+      if (get_num(op, "absmax", &absmax)) {
+        s += ", absmax " + number(absmax);
+        if (get_num(op, "format_max", &fmax)) s += " (max " + number(fmax) + ")";
+      }
+      add(s);
+    }
+  }
+  return out;
+}
+
+}  // namespace ampscope::reports::text

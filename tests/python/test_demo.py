@@ -1,0 +1,80 @@
+"""The bundled demo end to end: the planted float16 overflow is found, attributed to the leaf
+that produced it, re-checked in float32 and pinned; nothing else is pinned."""
+import json
+import math
+
+import pytest
+
+WO = "blocks.1.ffn.wo"
+
+
+@pytest.fixture(scope="module")
+def fp16_run(cli, tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo16")
+    res = cli("demo", "--device", "cpu", "--dtype", "float16", "--steps", "12", "--quiet",
+              "--out", out, "--fail-on-nonfinite")
+    return res, out
+
+
+def load(out, name):
+    return json.loads((out / name).read_text())
+
+
+def test_fp16_demo_exits_3_on_nonfinite_and_writes_all_files(fp16_run):
+    res, out = fp16_run
+    assert res.returncode == 3, res.stderr
+    for name in ("report.json", "report.html", "precision_map.json"):
+        assert (out / name).stat().st_size > 0
+    assert "report.html" in res.stdout
+
+
+def test_fp16_demo_origin_is_the_planted_leaf(fp16_run):
+    _, out = fp16_run
+    report = load(out, "report.json")
+    first = report["first_nonfinite"]
+    assert first["layer"] == WO and first["op"] == "aten::linear"
+    assert first["phase"] == "forward" and first["kind"] == "inf"
+    assert first["inputs_finite"] is True and first["fp32_also_nonfinite"] is False
+    # The onset is planted near the middle of the run (2x growth a step).
+    assert 4 <= first["step"] <= 8
+
+
+def test_fp16_demo_pins_that_leaf_and_nothing_else(fp16_run):
+    _, out = fp16_run
+    report = load(out, "report.json")
+    pins = [r["layer"] for r in report["recommendations"] if r["action"] == "pin_fp32"]
+    assert pins == [WO]
+    assert load(out, "precision_map.json")["pin_fp32"] == [WO]
+
+
+def test_fp16_demo_report_is_self_consistent(fp16_run):
+    _, out = fp16_run
+    report = load(out, "report.json")
+    assert report["schema"] == "ampscope.report/1"
+    assert report["run"]["steps"] == 12 and report["run"]["autocast_dtype"] == "float16"
+    names = {layer["name"] for layer in report["layers"]}
+    assert {"", "blocks.0.attn.qkv", WO, "head"} <= names
+    wo = next(l for l in report["layers"] if l["name"] == WO)
+    linear = [o for o in wo["ops"] if o["op"] == "aten::linear" and o["phase"] == "forward"]
+    assert linear and all(o["compute_dtype"] == "float16" for o in linear)
+    assert all(o["autocast"] == "lower_precision" for o in linear)
+    assert any(o["phase"] == "backward" for o in wo["ops"])
+    assert {p["name"] for p in wo["params"]} == {WO + ".weight", WO + ".bias"}
+    for layer in report["layers"]:
+        for op in layer["ops"]:
+            s = op["stats"]
+            assert s["count"] >= s["nan"] + s["posinf"] + s["neginf"] + s["zeros"]
+            assert sum(s["exp_hist"].values()) == s["count"] - s["nan"] - s["posinf"] - s["neginf"] - s["zeros"]
+
+
+def test_bf16_demo_is_clean_but_shows_float16_headroom(cli, tmp_path):
+    res = cli("demo", "--device", "cpu", "--dtype", "bfloat16", "--steps", "12", "--quiet",
+              "--out", tmp_path)
+    assert res.returncode == 0, res.stderr
+    report = load(tmp_path, "report.json")
+    assert report["first_nonfinite"] is None
+    assert report["recommendations"] == []
+    wo = next(l for l in report["layers"] if l["name"] == WO)
+    absmax = max(o["stats"]["absmax"] for o in wo["ops"] if o["phase"] == "forward")
+    assert absmax > 65504 and math.isfinite(absmax)
+    assert WO in res.stdout and "float16" in res.stdout

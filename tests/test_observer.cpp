@@ -1,0 +1,349 @@
+// The observer end to end through a Session: autocast truth (oracle: torch's own results),
+// folding of nested ops, casts, backward attribution, parameter gradients, threads, and the
+// first non-finite origin with its FP32 re-check.
+#include <ampscope/hooks/autocast_guard.h>
+#include <ampscope/hooks/layers.h>
+#include <ampscope/hooks/session.h>
+#include <ampscope/reports/report_json.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <ATen/autocast_mode.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ampscope/reports/files.h>
+#include <unistd.h>
+#include <thread>
+
+namespace {
+
+using ampscope::AutocastGuard;
+using ampscope::LayerScope;
+using ampscope::Session;
+using ampscope::reports::Layer;
+using ampscope::reports::OpRecord;
+using ampscope::reports::Report;
+
+std::string name_of(c10::ScalarType t) {
+  switch (t) {
+    case torch::kFloat: return "float32";
+    case torch::kHalf: return "float16";
+    case torch::kBFloat16: return "bfloat16";
+    case torch::kDouble: return "float64";
+    default: return "other";
+  }
+}
+
+const Layer& layer(const Report& r, const std::string& name) {
+  const Layer* l = r.find_layer(name);
+  if (!l) throw std::runtime_error("no layer " + name);
+  return *l;
+}
+
+std::vector<const OpRecord*> ops_named(const Layer& l, const std::string& op,
+                                       const std::string& phase = "forward") {
+  std::vector<const OpRecord*> out;
+  for (const auto& o : l.ops) {
+    if (o.op == op && o.phase == phase) out.push_back(&o);
+  }
+  return out;
+}
+
+const OpRecord& only_op(const Layer& l, const std::string& op) {
+  auto found = ops_named(l, op);
+  if (found.size() != 1) {
+    throw std::runtime_error(l.name + ": expected one " + op + " entry, got " +
+                             std::to_string(found.size()));
+  }
+  return *found[0];
+}
+
+bool has_autocast_cpu_kernel(const char* op, const char* overload) {
+  auto h = c10::Dispatcher::singleton().findOp({op, overload});
+  return h && h->hasKernelForDispatchKey(c10::DispatchKey::AutocastCPU);
+}
+
+/// A module tree whose children do nothing themselves: the test runs one op in each's scope.
+struct Probe : torch::nn::Module {
+  std::shared_ptr<torch::nn::Module> lower, fp32, promote, unlisted;
+  Probe() {
+    lower = register_module("lower", std::make_shared<torch::nn::Module>());
+    fp32 = register_module("fp32", std::make_shared<torch::nn::Module>());
+    promote = register_module("promote", std::make_shared<torch::nn::Module>());
+    unlisted = register_module("unlisted", std::make_shared<torch::nn::Module>());
+  }
+};
+
+class ObserverTest : public ::testing::Test {
+ protected:
+  void TearDown() override { ampscope::detach_all_modules(); }
+};
+
+TEST_F(ObserverTest, AutocastChoicesMatchWhatTorchReturns) {
+  for (auto dtype : {torch::kBFloat16, torch::kHalf}) {
+    SCOPED_TRACE(name_of(dtype));
+    auto probe = std::make_shared<Probe>();
+    auto a = torch::randn({8, 8}), b = torch::randn({8, 8});
+    auto a_low = a.to(dtype), b_low = b.to(dtype);
+    // The oracle: what torch itself returns for each call under autocast, unobserved.
+    c10::ScalarType mm_t, mse_t, cat_t, relu_t;
+    {
+      AutocastGuard ac(torch::kCPU, dtype);
+      mm_t = torch::mm(a, b).scalar_type();
+      mse_t = torch::mse_loss(a_low, b_low).scalar_type();
+      cat_t = torch::cat({a_low, b}).scalar_type();
+      relu_t = torch::relu(a).scalar_type();
+    }
+    Session session;
+    session.attach(*probe);
+    session.start();
+    {
+      AutocastGuard ac(torch::kCPU, dtype);
+      { LayerScope s(*probe->lower); torch::mm(a, b); }
+      { LayerScope s(*probe->fp32); torch::mse_loss(a_low, b_low); }
+      { LayerScope s(*probe->promote); torch::cat({a_low, b}); }
+      { LayerScope s(*probe->unlisted); torch::relu(a); }
+    }
+    session.stop();
+    Report r = session.report();
+
+    const auto& mm = only_op(layer(r, "lower"), "aten::mm");
+    EXPECT_EQ(mm.input_dtype, "float32");
+    EXPECT_EQ(mm.output_dtype, name_of(mm_t));
+    EXPECT_EQ(mm.compute_dtype, name_of(mm_t));
+    EXPECT_EQ(mm.autocast, mm_t == dtype ? "lower_precision" : "none");
+    EXPECT_EQ(mm.casts, 2);  // both float32 inputs cast down (neither is a cached leaf weight)
+
+    const auto& mse = only_op(layer(r, "fp32"), "aten::mse_loss");
+    EXPECT_EQ(mse.input_dtype, name_of(dtype));
+    EXPECT_EQ(mse.output_dtype, name_of(mse_t));
+    EXPECT_EQ(mse.compute_dtype, name_of(mse_t));
+    EXPECT_EQ(mse.autocast, mse_t == torch::kFloat ? "fp32" : "none");
+
+    const auto& cat = only_op(layer(r, "promote"), "aten::cat");
+    EXPECT_EQ(cat.input_dtype, "float32");  // widest of what was written
+    EXPECT_EQ(cat.output_dtype, name_of(cat_t));
+    EXPECT_EQ(cat.autocast, has_autocast_cpu_kernel("aten::cat", "") ? "promote" : "none");
+
+    const auto& relu = only_op(layer(r, "unlisted"), "aten::relu");
+    ASSERT_FALSE(has_autocast_cpu_kernel("aten::relu", ""));
+    EXPECT_EQ(relu.output_dtype, name_of(relu_t));
+    EXPECT_EQ(relu.autocast, "none");
+    EXPECT_EQ(relu.casts, 0);
+
+    // Autocast's inner calls and casts are folded into the entries, never listed as ops.
+    for (const auto& l : r.layers) {
+      for (const auto& o : l.ops) {
+        EXPECT_NE(o.op, "aten::_to_copy") << l.name;
+        EXPECT_NE(o.op, "aten::to") << l.name;
+        EXPECT_EQ(o.calls, 1) << l.name << " " << o.op;
+      }
+    }
+    ampscope::detach_all_modules();
+  }
+}
+
+TEST_F(ObserverTest, NestedOpsFoldIntoTheOuterCall) {
+  torch::nn::Linear fc(4, 3);
+  Session session;
+  session.attach(*fc, "fc");
+  session.start();
+  for (int i = 0; i < 3; ++i) {
+    LayerScope s(*fc);
+    torch::linear(torch::randn({2, 4}), fc->weight, fc->bias);  // aten::linear runs t + addmm
+  }
+  session.stop();
+  Report r = session.report();
+  const auto& fc_layer = layer(r, "fc");
+  EXPECT_EQ(only_op(fc_layer, "aten::linear").calls, 3);
+  EXPECT_TRUE(ops_named(fc_layer, "aten::addmm").empty());  // linear's internals
+  EXPECT_TRUE(ops_named(fc_layer, "aten::t").empty());
+}
+
+TEST_F(ObserverTest, OpStatsAreThoseOfTheOutputs) {
+  Session session;
+  session.start();
+  auto x = torch::randn({64, 32}) * 100;
+  torch::Tensor y;
+  {
+    LayerScope s("scale");
+    y = torch::mul(x, 700.0);
+  }
+  session.stop();
+  Report r = session.report();
+  const auto& mul = only_op(layer(r, "scale"), "aten::mul");
+  EXPECT_EQ(mul.stats.count, y.numel());
+  EXPECT_DOUBLE_EQ(mul.stats.absmax, y.abs().max().item<double>());
+  auto ov = (y.to(torch::kHalf).isinf() & y.isfinite()).sum().item<int64_t>();
+  EXPECT_EQ(mul.stats.overflow_in(ampscope::Format::kFloat16), ov);
+  EXPECT_GT(ov, 0);
+}
+
+struct TwoLayer : torch::nn::Module {
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  TwoLayer() {
+    fc1 = register_module("fc1", torch::nn::Linear(6, 5));
+    fc2 = register_module("fc2", torch::nn::Linear(5, 2));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    LayerScope s(*this);
+    return ampscope::forward(fc2, torch::relu(ampscope::forward(fc1, x)));
+  }
+};
+
+TEST_F(ObserverTest, BackwardNodesLandInTheirForwardLayer) {
+  auto model = std::make_shared<TwoLayer>();
+  Session session;
+  session.attach(*model, "net");
+  session.start();
+  auto loss = model->forward(torch::randn({3, 6})).pow(2).sum();
+  loss.backward();
+  session.stop();
+  Report r = session.report();
+  if (getenv("AMPSCOPE_DEBUG")) {
+    for (const auto& l : r.layers)
+      for (const auto& o : l.ops) std::cerr << l.name << " " << o.op << " " << o.phase << "\n";
+  }
+  for (const char* name : {"net.fc1", "net.fc2"}) {
+    const auto& l = layer(r, name);
+    EXPECT_FALSE(ops_named(l, "AddmmBackward0", "backward").empty()) << name;
+  }
+  EXPECT_FALSE(ops_named(layer(r, "net"), "ReluBackward0", "backward").empty());
+  // Incoming gradient of fc2's AddmmBackward0 = d(sum y^2)/dy = 2y: 3x2 values.
+  EXPECT_EQ(ops_named(layer(r, "net.fc2"), "AddmmBackward0", "backward")[0]->stats.count, 6);
+
+  // Parameter gradients, per parameter, against autograd's own .grad.
+  const auto& fc1 = layer(r, "net.fc1");
+  ASSERT_EQ(fc1.params.size(), 2u);
+  for (const auto& p : fc1.params) {
+    const auto& t = p.name == "net.fc1.weight" ? model->fc1->weight : model->fc1->bias;
+    EXPECT_EQ(p.updates, 1) << p.name;
+    EXPECT_EQ(p.grad.count, t.grad().numel()) << p.name;
+    EXPECT_DOUBLE_EQ(p.grad.absmax, t.grad().abs().max().item<double>()) << p.name;
+  }
+}
+
+TEST_F(ObserverTest, TwoThreadsLoseNoCalls) {
+  constexpr int kCalls = 200;
+  Session session;
+  session.start();
+  auto work = [](const char* name) {
+    LayerScope s(name);
+    auto a = torch::randn({4, 4});
+    for (int i = 0; i < kCalls; ++i) torch::mm(a, a);
+  };
+  std::thread t1(work, "thread_a"), t2(work, "thread_b");
+  t1.join();
+  t2.join();
+  session.stop();
+  Report r = session.report();
+  EXPECT_EQ(only_op(layer(r, "thread_a"), "aten::mm").calls, kCalls);
+  EXPECT_EQ(only_op(layer(r, "thread_b"), "aten::mm").calls, kCalls);
+}
+
+TEST_F(ObserverTest, FirstNonFiniteIsTheOverflowingOpNotItsConsumers) {
+  Session session;
+  session.start();
+  auto a = torch::full({2, 2}, 300.0f), b = torch::full({2, 2}, 300.0f);
+  {
+    AutocastGuard ac(torch::kCPU, torch::kHalf);
+    torch::Tensor h;
+    {
+      LayerScope s("proj");
+      h = torch::mm(a, b);  // 180000 in float16 is inf; in float32 it is fine
+    }
+    LayerScope s("after");
+    torch::relu(h);
+  }
+  session.stop();
+  Report r = session.report();
+  ASSERT_TRUE(r.first_nonfinite.has_value());
+  EXPECT_EQ(r.first_nonfinite->layer, "proj");
+  EXPECT_EQ(r.first_nonfinite->op, "aten::mm");
+  EXPECT_EQ(r.first_nonfinite->kind, "inf");
+  EXPECT_TRUE(r.first_nonfinite->inputs_finite);
+  ASSERT_TRUE(r.first_nonfinite->fp32_also_nonfinite.has_value());
+  EXPECT_FALSE(*r.first_nonfinite->fp32_also_nonfinite);
+  EXPECT_EQ(only_op(layer(r, "proj"), "aten::mm").nonfinite_from_finite, 1);
+  EXPECT_EQ(only_op(layer(r, "after"), "aten::relu").nonfinite_from_finite, 0);  // propagation
+  ASSERT_FALSE(r.recommendations.empty());
+  EXPECT_EQ(r.recommendations[0].layer, "proj");
+  EXPECT_EQ(r.recommendations[0].action, "pin_fp32");
+  for (const auto& rec : r.recommendations) EXPECT_NE(rec.layer, "after");
+}
+
+TEST_F(ObserverTest, LogOfZeroIsAModelBugInFp32Too) {
+  Session session;
+  session.start();
+  {
+    LayerScope s("head");
+    torch::log(torch::zeros({3}));
+  }
+  session.stop();
+  Report r = session.report();
+  ASSERT_TRUE(r.first_nonfinite.has_value());
+  EXPECT_EQ(r.first_nonfinite->op, "aten::log");
+  ASSERT_TRUE(r.first_nonfinite->fp32_also_nonfinite.has_value());
+  EXPECT_TRUE(*r.first_nonfinite->fp32_also_nonfinite);
+  for (const auto& rec : r.recommendations) EXPECT_NE(rec.action, "pin_fp32");
+}
+
+TEST_F(ObserverTest, CleanRunHasNoRecommendationsAndWritesReadableFiles) {
+  auto model = std::make_shared<TwoLayer>();
+  // No std::filesystem next to libtorch (see reports/files.h).
+  char tmpl[] = "/tmp/ampscope_test_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = std::string(tmpl) + "/out";
+  {
+    ampscope::SessionOptions o;
+    o.out_dir = dir;
+    Session session(o);
+    session.attach(*model);
+    session.start();
+    model->forward(torch::randn({3, 6})).sum().backward();
+    session.step();
+  }  // the destructor stops and writes
+  Report r = ampscope::reports::read_report(dir + "/report.json");
+  EXPECT_TRUE(r.recommendations.empty());
+  EXPECT_FALSE(r.first_nonfinite.has_value());
+  EXPECT_EQ(r.run.steps, 1);
+  using ampscope::reports::PathKind;
+  EXPECT_EQ(ampscope::reports::path_kind(dir + "/report.html"), PathKind::kFile);
+  EXPECT_EQ(ampscope::reports::path_kind(dir + "/precision_map.json"), PathKind::kFile);
+}
+
+TEST_F(ObserverTest, EveryNSkipsUnsampledSteps) {
+  ampscope::SessionOptions o;
+  o.every = 2;
+  Session session(o);
+  session.start();
+  auto a = torch::randn({4, 4});
+  for (int step = 0; step < 4; ++step) {
+    LayerScope s("l");
+    torch::mm(a, a);
+    session.step();
+  }
+  session.stop();
+  Report r = session.report();
+  EXPECT_EQ(only_op(layer(r, "l"), "aten::mm").calls, 2);  // steps 0 and 2
+}
+
+TEST(AutocastGuardTest, NestsAndRestoresLikeTorchAutocast) {
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(torch::kCPU));
+  auto before = at::autocast::get_autocast_dtype(torch::kCPU);
+  {
+    AutocastGuard outer(torch::kCPU, torch::kHalf);
+    EXPECT_TRUE(at::autocast::is_autocast_enabled(torch::kCPU));
+    EXPECT_EQ(at::autocast::get_autocast_dtype(torch::kCPU), torch::kHalf);
+    {
+      AutocastGuard off(torch::kCPU, torch::kHalf, /*enabled=*/false);
+      EXPECT_FALSE(at::autocast::is_autocast_enabled(torch::kCPU));
+      EXPECT_EQ(torch::mm(torch::randn({2, 2}), torch::randn({2, 2})).scalar_type(), torch::kFloat);
+    }
+    EXPECT_TRUE(at::autocast::is_autocast_enabled(torch::kCPU));
+    EXPECT_EQ(torch::mm(torch::randn({2, 2}), torch::randn({2, 2})).scalar_type(), torch::kHalf);
+  }
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(torch::kCPU));
+  EXPECT_EQ(at::autocast::get_autocast_dtype(torch::kCPU), before);
+}
+
+}  // namespace

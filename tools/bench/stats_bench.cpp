@@ -1,0 +1,242 @@
+// Benchmark of the CPU stats kernel: ampscope::tensor_stats vs at::sum (the speed of one read)
+// vs the same stats composed from ATen ops. Not a test: prints a table and optionally JSON.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "ampscope/profiler/tensor_stats.h"
+
+namespace {
+
+struct Options {
+  std::vector<std::int64_t> sizes = {4 << 10, 1 << 20, 64 << 20, 256 << 20};  // bytes
+  std::vector<c10::ScalarType> dtypes = {at::kFloat, at::kHalf, at::kBFloat16};
+  int reps = 5;
+  std::string json;
+};
+
+void usage(const char* argv0) {
+  std::printf(
+      "usage: %s [--sizes 4K,1M,64M,256M] [--dtypes float32,float16,bfloat16] [--reps N] [--json FILE]\n"
+      "  Times ampscope::tensor_stats, at::sum and the same stats composed from ATen ops on randn\n"
+      "  tensors of each size (bytes) and dtype; prints the median of N interleaved repetitions.\n",
+      argv0);
+}
+
+std::int64_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  double v = std::strtod(s.c_str(), &end);
+  std::string suffix = end ? end : "";
+  if (suffix == "K" || suffix == "k" || suffix == "KiB") v *= 1 << 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB") v *= 1 << 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB") v *= 1 << 30;
+  else if (!suffix.empty()) throw std::runtime_error("bad size: " + s);
+  return static_cast<std::int64_t>(v);
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t p = 0;
+  while (p <= s.size()) {
+    auto q = s.find(',', p);
+    if (q == std::string::npos) q = s.size();
+    if (q > p) out.push_back(s.substr(p, q - p));
+    p = q + 1;
+  }
+  return out;
+}
+
+const char* dtype_name(c10::ScalarType t) {
+  switch (t) {
+    case at::kFloat: return "float32";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kDouble: return "float64";
+    default: return "?";
+  }
+}
+
+std::string size_name(std::int64_t b) {
+  if (b >= (1 << 30) && b % (1 << 30) == 0) return std::to_string(b >> 30) + " GiB";
+  if (b >= (1 << 20) && b % (1 << 20) == 0) return std::to_string(b >> 20) + " MiB";
+  if (b >= (1 << 10) && b % (1 << 10) == 0) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b) + " B";
+}
+
+/// The stats block computed with ATen ops only (what one would write without the kernel).
+ampscope::Stats composed_stats(const at::Tensor& t) {
+  static const c10::ScalarType formats[] = {at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn, at::kFloat8_e5m2};
+  static const double min_normal[] = {0x1p-14, 0x1p-126, 0x1p-6, 0x1p-14};
+  ampscope::Stats s;
+  s.count = t.numel();
+  auto fin = t.isfinite();
+  s.nan = t.isnan().sum().item<std::int64_t>();
+  s.posinf = t.isposinf().sum().item<std::int64_t>();
+  s.neginf = t.isneginf().sum().item<std::int64_t>();
+  s.zeros = t.eq(0).sum().item<std::int64_t>();
+  auto a = t.abs();
+  auto nzf = fin & t.ne(0);
+  s.absmax = at::where(fin, a, at::zeros({}, a.options())).amax().item<double>();
+  s.absmin_nonzero =
+      at::where(nzf, a, at::full({}, std::numeric_limits<double>::infinity(), a.options())).amin().item<double>();
+  auto d = at::where(fin, t, at::zeros({}, t.options())).to(at::kDouble);
+  s.sum = d.sum().item<double>();
+  s.sum_sq = d.mul(d).sum().item<double>();
+  auto e = std::get<1>(at::frexp(at::where(nzf, a, at::ones({}, a.options()))));
+  auto counts = at::bincount(at::where(nzf, e.to(at::kLong) + 200, at::zeros({}, at::kLong)));
+  auto* p = counts.data_ptr<std::int64_t>();
+  for (std::int64_t i = 1; i < counts.numel(); ++i)
+    if (p[i] != 0) s.exp_hist.add(static_cast<int>(i) - 201, p[i]);
+  for (int f = 0; f < ampscope::kNumFormats; ++f) {
+    auto c = t.to(formats[f]).to(at::kFloat);
+    auto over = formats[f] == at::kFloat8_e4m3fn ? c.isnan() : c.isinf();
+    s.overflow[f] = (fin & over).sum().item<std::int64_t>();
+    s.underflow[f] = (nzf & c.eq(0)).sum().item<std::int64_t>();
+    s.subnormal[f] = (nzf & c.ne(0) & c.abs().lt(min_normal[f]) & ~over).sum().item<std::int64_t>();
+  }
+  return s;
+}
+
+double seconds_of(const std::function<void()>& f) {
+  const auto t0 = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Row {
+  std::int64_t bytes, numel;
+  const char* dtype;
+  double stats_s, sum_s, composed_s;
+  bool agree;
+};
+
+bool same_counts(const ampscope::Stats& a, const ampscope::Stats& b) {
+  return a.count == b.count && a.nan == b.nan && a.posinf == b.posinf && a.neginf == b.neginf &&
+         a.zeros == b.zeros && a.overflow == b.overflow && a.underflow == b.underflow &&
+         a.subnormal == b.subnormal && a.exp_hist == b.exp_hist && a.absmax == b.absmax &&
+         a.absmin_nonzero == b.absmin_nonzero;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  try {
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw std::runtime_error("missing value for " + a);
+        return argv[++i];
+      };
+      if (a == "--help" || a == "-h") {
+        usage(argv[0]);
+        return 0;
+      } else if (a == "--sizes") {
+        opt.sizes.clear();
+        for (auto& s : split(value())) opt.sizes.push_back(parse_size(s));
+      } else if (a == "--dtypes") {
+        opt.dtypes.clear();
+        for (auto& s : split(value())) {
+          if (s == "float32") opt.dtypes.push_back(at::kFloat);
+          else if (s == "float16") opt.dtypes.push_back(at::kHalf);
+          else if (s == "bfloat16") opt.dtypes.push_back(at::kBFloat16);
+          else if (s == "float64") opt.dtypes.push_back(at::kDouble);
+          else throw std::runtime_error("bad dtype: " + s);
+        }
+      } else if (a == "--reps") {
+        opt.reps = std::max(1, std::atoi(value().c_str()));
+      } else if (a == "--json") {
+        opt.json = value();
+      } else {
+        throw std::runtime_error("unknown argument: " + a);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    usage(argv[0]);
+    return 2;
+  }
+
+  std::printf("threads: at::get_num_threads() = %d; tensor_stats uses hardware_concurrency\n",
+              at::get_num_threads());
+  std::printf("%-9s %-8s %10s %9s %10s %9s %8s %12s %9s %s\n", "size", "dtype", "stats ms", "GB/s", "sum ms",
+              "GB/s", "st/sum", "composed ms", "comp/st", "");
+  std::vector<Row> rows;
+  for (auto bytes : opt.sizes) {
+    for (auto dt : opt.dtypes) {
+      const std::int64_t esize = c10::elementSize(dt);
+      const std::int64_t n = std::max<std::int64_t>(1, bytes / esize);
+      auto t = at::randn({n}, at::TensorOptions().dtype(at::kFloat)).to(dt);
+      // Enough inner iterations that a small tensor's time is measurable.
+      const int inner = static_cast<int>(std::clamp<std::int64_t>((std::int64_t{4} << 20) / (n * esize), 1, 1000));
+      std::vector<double> ts, tsum, tcomp;
+      ampscope::Stats st, comp;
+      volatile double sink = 0;
+      // Warm up each once, then interleave the repetitions.
+      st = ampscope::tensor_stats(t);
+      sink = sink + at::sum(t).item<double>();
+      comp = composed_stats(t);
+      const int comp_inner = std::max(1, inner / 20);
+      for (int r = 0; r < opt.reps; ++r) {
+        ts.push_back(seconds_of([&] {
+                       for (int k = 0; k < inner; ++k) st = ampscope::tensor_stats(t);
+                     }) / inner);
+        tsum.push_back(seconds_of([&] {
+                         for (int k = 0; k < inner; ++k) sink = sink + at::sum(t).item<double>();
+                       }) / inner);
+        if (r < std::max(3, opt.reps / 2) || bytes < (64 << 20))
+          tcomp.push_back(seconds_of([&] {
+                            for (int k = 0; k < comp_inner; ++k) comp = composed_stats(t);
+                          }) / comp_inner);
+      }
+      Row row{bytes, n, dtype_name(dt), median(ts), median(tsum), median(tcomp), same_counts(st, comp)};
+      rows.push_back(row);
+      const double gb = static_cast<double>(n * esize) / 1e9;
+      std::printf("%-9s %-8s %10.3f %9.2f %10.3f %9.2f %8.2f %12.3f %9.1f %s\n", size_name(bytes).c_str(),
+                  row.dtype, row.stats_s * 1e3, gb / row.stats_s, row.sum_s * 1e3, gb / row.sum_s,
+                  row.sum_s / row.stats_s, row.composed_s * 1e3, row.composed_s / row.stats_s,
+                  row.agree ? "" : "(counts differ from composed!)");
+      std::fflush(stdout);
+    }
+  }
+  std::printf("st/sum: stats throughput / at::sum throughput (bar >= 0.5); comp/st: composed time / stats time "
+              "(bar >= 5)\n");
+
+  if (!opt.json.empty()) {
+    FILE* f = std::fopen(opt.json.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "cannot write %s\n", opt.json.c_str());
+      return 1;
+    }
+    std::fprintf(f, "{\n  \"threads\": %d,\n  \"reps\": %d,\n  \"results\": [\n", at::get_num_threads(), opt.reps);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      std::fprintf(f,
+                   "    {\"bytes\": %lld, \"numel\": %lld, \"dtype\": \"%s\", \"stats_s\": %.9g, \"sum_s\": %.9g, "
+                   "\"composed_s\": %.9g, \"stats_over_sum_throughput\": %.4f, \"composed_over_stats_time\": "
+                   "%.3f, \"counts_agree\": %s}%s\n",
+                   static_cast<long long>(r.bytes), static_cast<long long>(r.numel), r.dtype, r.stats_s, r.sum_s,
+                   r.composed_s, r.sum_s / r.stats_s, r.composed_s / r.stats_s, r.agree ? "true" : "false",
+                   i + 1 < rows.size() ? "," : "");
+    }
+    std::fprintf(f, "  ]\n}\n");
+    std::fclose(f);
+  }
+  return 0;
+}

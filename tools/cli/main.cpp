@@ -1,0 +1,87 @@
+// ampscope: the command-line front end. Every failure is one line on stderr,
+// "ampscope: error: <what and where>", with exit code 2; never a crash or a stack trace.
+#include <ampscope/reports/report_json.h>
+#include <c10/core/DeviceType.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <functional>
+#include <map>
+
+#include "args.h"
+#include "commands.h"
+#include "device_probe.h"
+
+namespace ampscope::cli {
+
+int cuda_device_count() {
+  try {
+    return static_cast<int>(c10::cuda::device_count());
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: ampscope <command> [options]    (ampscope <command> --help for more)
+
+ampscope profiles the numerical precision of mixed-precision PyTorch training: per layer, what
+dtype each op ran in, what overflowed, underflowed or went non-finite, and which layers must
+stay float32.
+
+commands:
+  demo           train the bundled example under autocast while profiling it
+  summary        terminal tables of a report: risks, autocast choices, first non-finite
+  html           (re)render the HTML report from report.json
+  map            write the precision map from a report's recommendations
+  autocast-ops   the ops that have an autocast kernel for a device in the linked torch
+  diff, merge, run, verify   planned (see README); not in this build
+
+exit codes: 0 success, 2 bad usage or unreadable input, 3 non-finite (--fail-on-nonfinite)
+)";
+
+int dispatch(const std::string& command, const Argv& rest) {
+  static const std::map<std::string, std::function<int(const Argv&)>> commands = {
+      {"demo", cmd_demo},       {"summary", cmd_summary},
+      {"map", cmd_map},         {"html", cmd_html},
+      {"autocast-ops", cmd_autocast_ops},
+  };
+  auto it = commands.find(command);
+  if (it != commands.end()) return it->second(rest);
+  if (command == "diff" || command == "merge" || command == "run" || command == "verify") {
+    throw UsageError("'" + command + "' is not available in this build yet (see README)");
+  }
+  throw UsageError("unknown command '" + command + "' (see ampscope --help)");
+}
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "ampscope: error: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+}  // namespace ampscope::cli
+
+int main(int argc, char** argv) {
+  using namespace ampscope::cli;
+  Argv args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+    std::fputs(kUsage, args.empty() ? stderr : stdout);
+    return args.empty() ? 2 : 0;
+  }
+  try {
+    return dispatch(args[0], Argv(args.begin() + 1, args.end()));
+  } catch (const UsageError& e) {
+    return fail(e.what());
+  } catch (const ampscope::reports::ReportError& e) {
+    return fail(e.what());
+  } catch (const std::invalid_argument& e) {
+    return fail(e.what());
+  } catch (const c10::Error& e) {
+    return fail(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    return fail(e.what());
+  }
+}

@@ -1,0 +1,34 @@
+// The bundled example: a small transformer language model trained on synthetic data under
+// autocast while ampscope profiles it. One FFN output projection (blocks.1.ffn.wo) is made to
+// grow past float16's range mid-run, as T5's `wo` did, so the report has a true finding.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ampscope::demo {
+
+struct DemoOptions {
+  std::string device = "cpu";    ///< "cpu" | "cuda"
+  std::string dtype = "float16"; ///< autocast dtype: "float16" | "bfloat16"
+  int steps = 24;
+  int every = 1;
+  std::string out_dir = "ampscope-out";
+  std::uint64_t seed = 0;
+  bool quiet = false;            ///< no per-step progress lines
+};
+
+struct DemoResult {
+  int steps_run = 0;
+  int steps_skipped = 0;   ///< optimizer steps skipped on a non-finite loss or gradient
+  bool interrupted = false;
+  std::string report_path;
+};
+
+/// Trains the demo model under the profiler and writes the reports into options.out_dir.
+DemoResult run_demo(const DemoOptions& options);
+
+/// The step at which the planted overflow of blocks.1.ffn.wo is meant to begin.
+int planted_overflow_step(int steps);
+
+}  // namespace ampscope::demo
