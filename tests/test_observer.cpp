@@ -178,6 +178,19 @@ TEST_F(ObserverTest, OpStatsAreThoseOfTheOutputs) {
   EXPECT_GT(ov, 0);
 }
 
+TEST_F(ObserverTest, UninitializedOutputsCarryNoStats) {
+  Session session;
+  session.start();
+  {
+    LayerScope s("alloc");
+    torch::empty({1000});
+  }
+  session.stop();
+  const auto& empty = only_op(layer(session.report(), "alloc"), "aten::empty");
+  EXPECT_EQ(empty.calls, 1);
+  EXPECT_EQ(empty.stats.count, 0);  // whatever the memory held is not the model's data
+}
+
 struct TwoLayer : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   TwoLayer() {

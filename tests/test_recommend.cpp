@@ -144,6 +144,17 @@ TEST(Recommend, OriginNotRecheckedStillPins) {
   EXPECT_EQ(recs[0].evidence["first_nonfinite"]["fp32_recheck"], "not_run");
 }
 
+TEST(Recommend, OriginThatAlreadyRanInFp32IsFixModel) {
+  Report r = clean_report();
+  NonFiniteEvent e = event("head", "aten::log", true, std::nullopt);  // e.g. an in-place op
+  e.compute_dtype = "float32";
+  r.first_nonfinite = e;
+  const auto recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].action, "fix_model");
+  EXPECT_TRUE(precision_map_from(recs).pin_fp32.empty());
+}
+
 TEST(Recommend, OriginAlsoNonFiniteInFp32IsFixModelAndNoPin) {
   Report r = clean_report();
   // The op also reports its own non-finite outputs: it must still not be pinned.

@@ -720,8 +720,8 @@ TEST(Summary, CapsLayersTruncatesNamesAndShowsHeadroom) {
   EXPECT_NE(s.find("fp32→bf16→bf16"), std::string::npos) << s;
   // Only the layer above 65504 gets a headroom line.
   std::size_t lines = 0;
-  for (std::size_t p = s.find("float16 headroom:"); p != std::string::npos;
-       p = s.find("float16 headroom:", p + 1))
+  for (std::size_t p = s.find("would overflow in float16"); p != std::string::npos;
+       p = s.find("would overflow in float16", p + 1))
     ++lines;
   EXPECT_EQ(lines, 1u) << s;
   // A float16 run does not get the headroom section.

@@ -28,6 +28,7 @@ struct OpInfo {
   bool inplace = false;        ///< mutates its first argument (name ends in '_')
   bool cast = false;           ///< aten::to / aten::_to_copy: a cast autocast may insert
   bool update_scale = false;   ///< aten::_amp_update_scale_: a GradScaler update
+  bool uninitialized = false;  ///< returns uninitialized memory (aten::empty...): no stats
 };
 
 // Autocast's promote ops: CUDA's list comes from the linked torch's header; CPU's lives only in
@@ -50,6 +51,9 @@ OpInfo make_info(const at::RecordFunction& fn, std::string_view name) {
   info.inplace = !name.empty() && name.back() == '_' && name.rfind("aten::", 0) == 0;
   info.cast = name == "aten::to" || name == "aten::_to_copy";
   info.update_scale = name == "aten::_amp_update_scale_";
+  info.uninitialized = name == "aten::empty" || name == "aten::empty_like" ||
+                       name == "aten::empty_strided" || name == "aten::new_empty" ||
+                       name == "aten::new_empty_strided";
   if (auto opname = fn.operator_name()) {
     if (auto handle = c10::Dispatcher::singleton().findOp(*opname)) {
       info.autocast_cpu = handle->hasKernelForDispatchKey(c10::DispatchKey::AutocastCPU);
@@ -333,7 +337,7 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
                                                                  : call.input_dtype;
     key.autocast = classify(call, key.compute_dtype);
     agg.casts = call.inner_seen ? call.pending_casts : 0;
-    agg.stats = stats_of(outputs);
+    if (!call.info->uninitialized) agg.stats = stats_of(outputs);
     if (agg.stats.nonfinite() > 0) {
       if (!call.inputs_checked) call.inputs_finite = all_finite(call.inputs);
       if (call.inputs_finite) {

@@ -884,9 +884,14 @@ Stats compute_stats(const TensorView& view, int max_threads) {
   if (n <= 0 || view.data == nullptr) return result;
   constexpr i64 kMinParallel = i64{1} << 20;  // below this, threads cost more than they save
   constexpr i64 kMinPerThread = i64{1} << 18;
-  int threads = max_threads > 0 ? max_threads : static_cast<int>(std::thread::hardware_concurrency());
-  threads = std::max(threads, 1);
-  if (n < kMinParallel || threads == 1) {
+  if (n < kMinParallel || max_threads == 1) {
+    accumulate_stats(view, 0, n, result);
+    return result;
+  }
+  // hardware_concurrency() may read /sys: ask once.
+  static const int hw = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  int threads = max_threads > 0 ? max_threads : hw;
+  if (threads == 1) {
     accumulate_stats(view, 0, n, result);
     return result;
   }

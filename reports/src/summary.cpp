@@ -112,13 +112,18 @@ void top_risks(const Report& report, const Style& st, std::string& out) {
   });
 }
 
+/// Forward ops with a floating input or output: the ones autocast can touch.
+bool floating_forward(const OpRecord& o) {
+  auto floating = [](const std::string& d) { return d.find("float") != std::string::npos; };
+  return o.phase == "forward" && (floating(o.input_dtype) || floating(o.output_dtype));
+}
+
 void autocast_table(const Report& report, const SummaryOptions& opt, std::string& out) {
-  out += "Autocast choices per layer (forward)\n";
+  out += "Autocast choices per layer (forward ops on floating tensors)\n";
   Table t({"LAYER", "TYPE", "OP", "CALLS", "WRITTEN→COMPUTED→RETURNED", "AUTOCAST", "CASTS"});
   std::size_t shown = 0, more = 0;
   for (const Layer& l : report.layers) {
-    const bool has_forward = std::any_of(l.ops.begin(), l.ops.end(),
-                                         [](const OpRecord& o) { return o.phase == "forward"; });
+    const bool has_forward = std::any_of(l.ops.begin(), l.ops.end(), floating_forward);
     if (!has_forward) continue;
     if (shown >= opt.max_layers) {
       ++more;
@@ -127,7 +132,7 @@ void autocast_table(const Report& report, const SummaryOptions& opt, std::string
     ++shown;
     bool first = true;
     for (const OpRecord& op : l.ops) {
-      if (op.phase != "forward") continue;
+      if (!floating_forward(op)) continue;
       t.row({first ? truncate_middle(text::layer_label(l.name), kNameWidth) : "",
              first ? truncate_middle(l.type, 20) : "", truncate_middle(op.op, 32),
              std::to_string(op.calls), text::dtype_chain(op), op.autocast, std::to_string(op.casts)});
@@ -161,13 +166,13 @@ void fp16_headroom(const Report& report, std::string& out) {
       }
     }
     if (absmax <= fmax && overflow == 0) continue;
-    lines.push_back(fmt::format("  float16 headroom: {}: absmax {} ({}) vs max {}, {} value{} — would overflow in float16\n",
+    lines.push_back(fmt::format("  {}: absmax {} ({}) vs max {}, {} value{} — would overflow in float16\n",
                                 truncate_middle(text::layer_label(l.name), kNameWidth),
                                 number(absmax), worst_op, number(fmax), overflow,
                                 overflow == 1 ? "" : "s"));
   }
   if (lines.empty()) return;
-  out += "float16 headroom\n";
+  out += "\nfloat16 headroom (this run is not float16; these outputs would overflow in it)\n";
   for (const auto& l : lines) out += l;
 }
 
