@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -139,8 +140,13 @@ void expect_same(const Stats& got, const Stats& want, const std::string& what) {
   }
 }
 
+/// Checks the kernel against torch, with its SIMD build and with the portable baseline build.
 void check_tensor(const at::Tensor& t, const std::string& what, int threads = 1) {
-  expect_same(ampscope::tensor_stats(t, threads), oracle(t), what);
+  const Stats want = oracle(t);
+  expect_same(ampscope::tensor_stats(t, threads), want, what + (ampscope::stats_simd() ? " (simd)" : ""));
+  ampscope::set_stats_simd(false);
+  expect_same(ampscope::tensor_stats(t, threads), want, what + " (baseline)");
+  ampscope::set_stats_simd(true);
 }
 
 // ---------------------------------------------------------------- data
@@ -263,6 +269,17 @@ const DtypeCase kDtypes[] = {
 };
 
 // ---------------------------------------------------------------- block basics
+
+TEST(StatsBlock, SimdSwitch) {
+  const bool had = ampscope::stats_simd();
+  ampscope::set_stats_simd(false);
+  EXPECT_FALSE(ampscope::stats_simd());
+  ampscope::set_stats_simd(true);
+  EXPECT_EQ(ampscope::stats_simd(), had);
+#if defined(__x86_64__)
+  std::printf("stats kernel build in use: %s\n", had ? "AVX2" : "baseline");
+#endif
+}
 
 TEST(StatsBlock, FormatNames) {
   const char* names[] = {"float16", "bfloat16", "float8_e4m3fn", "float8_e5m2"};
@@ -438,7 +455,9 @@ TEST_P(PerDtype, ScaledNormalFastPath) {
   }
   // Narrow log-uniform windows around the thresholds, with exact powers of two and threshold
   // neighbours planted: every block is narrow, so the fast path must get the ties right.
-  const int windows[][2] = {{-27, -22}, {-18, -13}, {-11, -6}, {-8, -3}, {7, 10}, {14, 17}, {120, 128}};
+  // {-60, 60} and {-126, 128}: finite and normal but wider than the kernel's byte-compare sweeps.
+  const int windows[][2] = {{-27, -22}, {-18, -13}, {-11, -6}, {-8, -3}, {7, 10}, {14, 17}, {120, 128},
+                            {-60, 60}, {-126, 128}};
   for (auto& w : windows) {
     std::mt19937_64 rng(seed++);
     std::uniform_real_distribution<double> u(0.0, 1.0);
@@ -582,6 +601,9 @@ TEST(Threads, BigTensorMatchesSingleThread) {
     expect_same(dflt, one, "default threads vs 1");
     EXPECT_TRUE(many.exp_hist == one.exp_hist);
     expect_same(one, oracle(t), "vs torch");
+    ampscope::set_stats_simd(false);
+    expect_same(ampscope::tensor_stats(t, 4), one, "baseline build, 4 threads");
+    ampscope::set_stats_simd(true);
     // Non-contiguous through the threaded path too.
     auto nc = t.slice(0, 0, n - 1, 2);
     expect_same(ampscope::tensor_stats(nc, 4), ampscope::tensor_stats(nc, 1), "strided, 4 threads vs 1");

@@ -28,6 +28,7 @@ struct Registry {
   std::unordered_map<const torch::nn::Module*, LayerId> by_module;
   std::unordered_map<std::string, LayerId> by_name{{"<outside>", kOutsideLayerId}};
   std::vector<std::shared_ptr<ParamSlot>> params;
+  std::unordered_map<std::string, std::shared_ptr<ParamSlot>> params_by_name;
   std::vector<HookedParam> hooks;
 };
 
@@ -60,21 +61,31 @@ std::string qualified(const std::string& prefix, const std::string& name) {
   return prefix + "." + name;
 }
 
-void hook_parameter(Registry& r, at::Tensor param, const std::string& name, LayerId layer) {
+void record_into(ParamSlot& slot, const at::Tensor& grad) {
+  if (!Observer::sampling_now() || !grad.defined() || !stats_supported(grad)) return;
+  at::DisableRecordFunctionGuard no_observe;
+  Stats s = tensor_stats(grad);
+  std::lock_guard<std::mutex> lock(slot.mu);
+  slot.info.grad.merge(s);
+  ++slot.info.updates;
+}
+
+std::shared_ptr<ParamSlot> new_slot_locked(Registry& r, const std::string& name,
+                                           const std::string& dtype, LayerId layer) {
   auto slot = std::make_shared<ParamSlot>();
   slot->info.name = name;
-  slot->info.dtype = dtype_name(static_cast<std::int8_t>(param.scalar_type()));
+  slot->info.dtype = dtype;
   slot->info.layer = layer;
   r.params.push_back(slot);
+  r.params_by_name.emplace(name, slot);
+  return slot;
+}
+
+void hook_parameter(Registry& r, at::Tensor param, const std::string& name, LayerId layer) {
+  auto slot = new_slot_locked(r, name, dtype_name(static_cast<std::int8_t>(param.scalar_type())),
+                              layer);
   if (!param.requires_grad()) return;
-  unsigned hook = param.register_hook([slot](const at::Tensor& grad) {
-    if (!Observer::sampling_now() || !grad.defined() || !stats_supported(grad)) return;
-    at::DisableRecordFunctionGuard no_observe;
-    Stats s = tensor_stats(grad);
-    std::lock_guard<std::mutex> lock(slot->mu);
-    slot->info.grad.merge(s);
-    ++slot->info.updates;
-  });
+  unsigned hook = param.register_hook([slot](const at::Tensor& grad) { record_into(*slot, grad); });
   r.hooks.push_back({param, hook});
 }
 
@@ -108,6 +119,7 @@ void detach_all_modules() {
   }
   r.hooks.clear();
   r.params.clear();
+  r.params_by_name.clear();
   r.by_module.clear();
   r.layers.resize(1);
   r.by_name = {{"<outside>", kOutsideLayerId}};
@@ -126,10 +138,10 @@ LayerId find_layer(const torch::nn::Module& module) {
   return it == r.by_module.end() ? -1 : it->second;
 }
 
-LayerId layer_for_name(std::string_view name) {
+LayerId layer_for_name(std::string_view name, std::string_view type) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
-  return add_layer_locked(r, std::string(name), "scope");
+  return add_layer_locked(r, std::string(name), std::string(type));
 }
 
 std::vector<ParamGradInfo> param_grads() {
@@ -142,6 +154,23 @@ std::vector<ParamGradInfo> param_grads() {
     out.push_back(slot->info);
   }
   return out;
+}
+
+void record_param_grad(const std::string& name, const std::string& layer,
+                       const std::string& layer_type, const at::Tensor& grad) {
+  std::shared_ptr<ParamSlot> slot;
+  {
+    auto& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.params_by_name.find(name);
+    if (it != r.params_by_name.end()) {
+      slot = it->second;
+    } else {
+      LayerId id = add_layer_locked(r, layer, layer_type);
+      slot = new_slot_locked(r, name, dtype_name(static_cast<std::int8_t>(grad.scalar_type())), id);
+    }
+  }
+  record_into(*slot, grad);
 }
 
 void reset_param_grads() {

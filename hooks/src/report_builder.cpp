@@ -25,6 +25,21 @@ reports::OpRecord to_record(const OpKey& key, const OpAggregate& agg,
   return r;
 }
 
+/// The run's low-precision dtype when the caller did not say: what lower_precision ops
+/// computed in most often ("" when autocast never lowered an op).
+std::string infer_autocast_dtype(const std::vector<reports::Layer>& layers) {
+  std::int64_t f16 = 0, bf16 = 0;
+  for (const auto& l : layers) {
+    for (const auto& o : l.ops) {
+      if (o.autocast != "lower_precision") continue;
+      if (o.compute_dtype == "float16") f16 += o.calls;
+      if (o.compute_dtype == "bfloat16") bf16 += o.calls;
+    }
+  }
+  if (f16 == 0 && bf16 == 0) return "";
+  return f16 >= bf16 ? "float16" : "bfloat16";
+}
+
 int phase_order(const std::string& phase) {
   return phase == "forward" ? 0 : phase == "backward" ? 1 : 2;
 }
@@ -71,6 +86,8 @@ reports::Report build_report(const ObserverSnapshot& snap, const std::vector<Lay
   if (!by_id.empty() && (!by_id[0].ops.empty() || !by_id[0].params.empty())) {
     report.layers.push_back(std::move(by_id[0]));
   }
+
+  if (run.autocast_dtype.empty()) run.autocast_dtype = infer_autocast_dtype(report.layers);
 
   if (snap.first_nonfinite) {
     const auto& f = *snap.first_nonfinite;

@@ -87,18 +87,20 @@ reports::Report Session::report() const {
   return report;
 }
 
-std::string Session::write(const std::string& dir) const {
+std::string write_report_files(const reports::Report& r, const std::string& dir,
+                               const std::string& stem, bool html) {
   reports::make_directories(dir);
-  reports::Report r = report();
-  auto json_path = reports::join_path(dir, "report.json");
+  auto json_path = reports::join_path(dir, stem + ".json");
   reports::write_report(r, json_path);
-  if (options_.write_html) {
-    reports::write_file_atomic(reports::join_path(dir, "report.html"),
-                               reports::render_html(r));
-  }
+  if (html) reports::write_file_atomic(reports::join_path(dir, stem + ".html"), reports::render_html(r));
+  std::string rest = stem.rfind("report", 0) == 0 ? stem.substr(6) : "." + stem;
   reports::write_precision_map(reports::precision_map_from(r.recommendations),
-                               reports::join_path(dir, "precision_map.json"));
+                               reports::join_path(dir, "precision_map" + rest + ".json"));
   return json_path;
+}
+
+std::string Session::write(const std::string& dir) const {
+  return write_report_files(report(), dir, "report", options_.write_html);
 }
 
 }  // namespace ampscope

@@ -29,6 +29,7 @@ struct OpInfo {
   bool cast = false;           ///< aten::to / aten::_to_copy: a cast autocast may insert
   bool update_scale = false;   ///< aten::_amp_update_scale_: a GradScaler update
   bool uninitialized = false;  ///< returns uninitialized memory (aten::empty...): no stats
+  bool internal = false;       ///< ampscope's own ops (the Python bridge): never recorded
 };
 
 // Autocast's promote ops: CUDA's list comes from the linked torch's header; CPU's lives only in
@@ -51,6 +52,7 @@ OpInfo make_info(const at::RecordFunction& fn, std::string_view name) {
   info.inplace = !name.empty() && name.back() == '_' && name.rfind("aten::", 0) == 0;
   info.cast = name == "aten::to" || name == "aten::_to_copy";
   info.update_scale = name == "aten::_amp_update_scale_";
+  info.internal = name.rfind("ampscope::", 0) == 0;
   info.uninitialized = name == "aten::empty" || name == "aten::empty_like" ||
                        name == "aten::empty_strided" || name == "aten::new_empty" ||
                        name == "aten::new_empty_strided";
@@ -243,8 +245,10 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   bool backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
   try {
     if (depth == 0) {
+      const OpInfo& info = lookup(t, fn);
+      if (info.internal) return nullptr;
       auto call = std::make_unique<Call>();
-      call->info = &lookup(t, fn);
+      call->info = &info;
       call->step = step;
       if (backward) {
         start_backward_top(t, fn, *call);

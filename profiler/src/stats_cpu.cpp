@@ -426,19 +426,23 @@ AMP_AVX2 void scan_keys(const u8* __restrict key, const u32* __restrict x, int n
   }
 }
 
-constexpr i64 kTailMax = 6;    // stop extending the compared window below this many left
-constexpr i64 kScanMax = 48;   // a populated threshold binade up to this size is scanned by mask
+constexpr int kMaxSweeps = 16;  // byte-compare sweeps (two binades each) before the scalar tail
+constexpr i64 kScanMax = 64;    // populated threshold binades up to this many values are scanned
 
 /// A full block (kBlock elements) of float32 bits.
 AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restrict x, Acc32& A) {
   constexpr int n = kBlock;
   static_assert(kBlock % 32 == 0 && kBlock <= 255 * 32, "byte counters");
+  // Pass 1: sums in double, max and min of |bits|.
   const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF);
   const __m256i ones = _mm256_set1_epi32(-1);
   __m256i mx = _mm256_setzero_si256(), mn = ones;
-  __m256d s0 = _mm256_setzero_pd(), s1 = s0, q0 = s0, q1 = s0;
+  __m256d s0 = _mm256_setzero_pd(), s1 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
   const float* xf = reinterpret_cast<const float*>(x);
   for (int i = 0; i < n; i += 16) {
+    // The block is compute-bound: fetch the next one (in tensor order) while this one runs.
+    // Prefetches never fault, past the end of the data included.
+    _mm_prefetch(reinterpret_cast<const char*>(x + i + kBlock), _MM_HINT_T0);
     const __m256i a0 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absm);
     const __m256i a1 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8)), absm);
     mx = _mm256_max_epu32(mx, _mm256_max_epu32(a0, a1));
@@ -447,11 +451,13 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
     const __m256d d1 = _mm256_cvtps_pd(_mm_loadu_ps(xf + i + 4));
     const __m256d d2 = _mm256_cvtps_pd(_mm_loadu_ps(xf + i + 8));
     const __m256d d3 = _mm256_cvtps_pd(_mm_loadu_ps(xf + i + 12));
-    // One add per accumulator per iteration keeps the loop-carried chains short.
+    // One add per sum accumulator per step keeps the loop-carried chains short.
     s0 = _mm256_add_pd(s0, _mm256_add_pd(d0, d1));
     s1 = _mm256_add_pd(s1, _mm256_add_pd(d2, d3));
-    q0 = _mm256_add_pd(q0, _mm256_fmadd_pd(d0, d0, _mm256_mul_pd(d1, d1)));
-    q1 = _mm256_add_pd(q1, _mm256_fmadd_pd(d2, d2, _mm256_mul_pd(d3, d3)));
+    q0 = _mm256_fmadd_pd(d0, d0, q0);
+    q1 = _mm256_fmadd_pd(d1, d1, q1);
+    q2 = _mm256_fmadd_pd(d2, d2, q2);
+    q3 = _mm256_fmadd_pd(d3, d3, q3);
   }
   const u32 amax = hmax_epu32(mx), amin1 = hmin_epu32(mn);
   // Non-finite values or float32 subnormals: the general block (rare in real tensors).
@@ -468,15 +474,18 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
   const int emax = static_cast<int>(amax >> 23);
   const int emin = static_cast<int>((amin1 + 1u) >> 23);
   A.sum += hsum_pd(_mm256_add_pd(s0, s1));
-  A.sum_sq += hsum_pd(_mm256_add_pd(q0, q1));
+  A.sum_sq += hsum_pd(_mm256_add_pd(_mm256_add_pd(q0, q1), _mm256_add_pd(q2, q3)));
   if (amax > A.amax) A.amax = amax;
   if (amin1 < A.amin1) A.amin1 = amin1;
 
   // Exponent bytes minus one, in element order: zeros wrap to 255, never a binade.
   alignas(32) u8 key[kBlock];
+  i64 key_sum;  // the sum of all keys: resolves the last two binades without a sweep
   {
     const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     const __m256i one8 = _mm256_set1_epi8(1);
+    const __m256i z = _mm256_setzero_si256();
+    __m256i ksum = z;
     for (int i = 0; i < n; i += 32) {
       const __m256i* p = reinterpret_cast<const __m256i*>(x + i);
       const __m256i e0 = _mm256_srli_epi32(_mm256_slli_epi32(_mm256_loadu_si256(p), 1), 24);
@@ -486,78 +495,112 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
       __m256i b = _mm256_packus_epi16(_mm256_packus_epi32(e0, e1), _mm256_packus_epi32(e2, e3));
       b = _mm256_sub_epi8(_mm256_permutevar8x32_epi32(b, perm), one8);
       _mm256_store_si256(reinterpret_cast<__m256i*>(key + i), b);
+      ksum = _mm256_add_epi64(ksum, _mm256_sad_epu8(b, z));
     }
+    key_sum = static_cast<i64>(hsum_epi64(ksum));
   }
   // Binades from the top down by byte compares, two per sweep (the first sweep also counts the
-  // zeros), until few values are left; those are found by mask and counted one by one.
+  // zeros), until every value is counted; past kMaxSweeps the rest are found by mask.
   u32 hb[256];
   u32 zeros32, c0, c1;
   count_key2(key, n, 255, static_cast<u8>(emax - 1), &zeros32, &c0);
   hb[emax] = c0;
   const i64 zeros = zeros32;
   i64 left = (n - zeros) - c0;
+  i64 left_sum = key_sum - 255 * zeros - static_cast<i64>(emax - 1) * c0;  // keys not yet counted
   int lo = emax;  // lowest binade counted so far
-  while (left > kTailMax && lo > emin) {
-    const int e0 = lo - 1, e1 = std::max(lo - 2, emin);
+  for (int sweeps = 1; left > 0 && lo > emin && sweeps < kMaxSweeps; ++sweeps) {
+    if (lo - emin <= 2) {
+      // One or two binades left: their counts follow from the count and key sum left.
+      const int ea = lo - 1, eb = emin;
+      if (ea == eb) {
+        hb[ea] = static_cast<u32>(left);
+      } else {  // c_a + c_b = left,  (ea-1) c_a + (eb-1) c_b = left_sum
+        const i64 ca = left_sum - static_cast<i64>(eb - 1) * left;  // (ea - eb) = 1
+        hb[ea] = static_cast<u32>(ca);
+        hb[eb] = static_cast<u32>(left - ca);
+      }
+      left = 0;
+      lo = emin;
+      break;
+    }
+    const int e0 = lo - 1, e1 = lo - 2;
     count_key2(key, n, static_cast<u8>(e0 - 1), static_cast<u8>(e1 - 1), &c0, &c1);
     hb[e0] = c0;
-    left -= c0;
-    if (e1 != e0) {
-      hb[e1] = c1;
-      left -= c1;
-    }
+    hb[e1] = c1;
+    left -= c0 + c1;
+    left_sum -= static_cast<i64>(e0 - 1) * c0 + static_cast<i64>(e1 - 1) * c1;
     lo = e1;
   }
   i64 ex[kNumTh + 1] = {};
-  if (left > 0) {
+  if (left > 0) {  // wide blocks: the binades below the swept ones, value by value
     for (int e = emin; e < lo; ++e) hb[e] = 0;
     const __m256i lim = _mm256_set1_epi8(static_cast<char>(lo - 2));  // key <= lo-2  <=>  e < lo
     scan_keys(key, x, n, left, [&](__m256i k) AMP_AVX2_TARGET { return _mm256_cmpeq_epi8(_mm256_min_epu8(k, lim), k); },
               hb, ex);
   }
-  i64 nonzero = 0;
-  for (int e = emin; e <= emax; ++e) {
-    nonzero += hb[e];
-    A.hist[e - 127 + kOff32] += hb[e];
-  }
+  for (int e = emin; e <= emax; ++e) A.hist[e - 127 + kOff32] += hb[e];
   A.zeros += zeros;
-  // Thresholds from the cumulative counts, exact where a threshold's binade is populated.
-  bool scanned[256] = {};
-  u32 need_t[kNumTh];
-  int need_k[kNumTh];
-  int nneed = 0;
-  for (int k = 0; k < kNumTh; ++k) {
-    const u32 T = kTh[k];
-    const int E = static_cast<int>(T >> 23);
-    i64 cum = zeros;
-    for (int e = emin; e <= emax && e < E; ++e) cum += hb[e];
-    if ((T & 0x7FFFFFu) != 0 && E >= emin && E <= emax && hb[E] != 0 && E >= lo) {
-      if (hb[E] <= kScanMax) {
-        if (!scanned[E]) {  // both thresholds of the binade in one scan
-          scanned[E] = true;
-          const __m256i t = _mm256_set1_epi8(static_cast<char>(E - 1));
-          scan_keys(key, x, n, hb[E], [&](__m256i kk) AMP_AVX2_TARGET { return _mm256_cmpeq_epi8(kk, t); },
-                    nullptr, ex);
-        }
+  // Exact compares in the populated swept binades that hold a threshold: the sparse ones in one
+  // scan by mask, the dense ones by a compare pass.
+  {
+    u8 sparse[4];
+    int nsparse = 0;
+    i64 nscan = 0;
+    u32 need_t[kNumTh];
+    int need_k[kNumTh];
+    int nneed = 0;
+    for (int E = std::max(lo, 1); E <= emax; ++E) {
+      const auto& bt = kBinadeTh.k[E];
+      if (bt[0] == kNumTh || hb[E] == 0) continue;
+      if (nsparse < 4 && nscan + hb[E] <= kScanMax) {
+        sparse[nsparse++] = static_cast<u8>(E - 1);
+        nscan += hb[E];
       } else {
-        need_t[nneed] = T;
-        need_k[nneed++] = k;
-        continue;
+        for (int q = 0; q < 2; ++q)
+          if (bt[q] != kNumTh) {
+            need_t[nneed] = kTh[bt[q]];
+            need_k[nneed++] = bt[q];
+          }
       }
     }
-    A.lt[k] += cum + ex[k];
-  }
-  (void)nonzero;
-  for (int j = 0; j < nneed; j += 4) {
-    i64 c[4];
-    const int m = std::min(4, nneed - j);
-    switch (m) {
-      case 1: count_lt_avx2<1>(x, n, need_t + j, c); break;
-      case 2: count_lt_avx2<2>(x, n, need_t + j, c); break;
-      case 3: count_lt_avx2<3>(x, n, need_t + j, c); break;
-      default: count_lt_avx2<4>(x, n, need_t + j, c); break;
+    if (nsparse > 0) {
+      for (int q = nsparse; q < 4; ++q) sparse[q] = 254;  // never a key in a fast block
+      const __m256i t0 = _mm256_set1_epi8(static_cast<char>(sparse[0]));
+      const __m256i t1 = _mm256_set1_epi8(static_cast<char>(sparse[1]));
+      const __m256i t2 = _mm256_set1_epi8(static_cast<char>(sparse[2]));
+      const __m256i t3 = _mm256_set1_epi8(static_cast<char>(sparse[3]));
+      scan_keys(key, x, n, nscan,
+                [&](__m256i k) AMP_AVX2_TARGET {
+                  return _mm256_or_si256(_mm256_or_si256(_mm256_cmpeq_epi8(k, t0), _mm256_cmpeq_epi8(k, t1)),
+                                         _mm256_or_si256(_mm256_cmpeq_epi8(k, t2), _mm256_cmpeq_epi8(k, t3)));
+                },
+                nullptr, ex);
     }
-    for (int q = 0; q < m; ++q) A.lt[need_k[j + q]] += c[q];
+    for (int j = 0; j < nneed; j += 4) {
+      i64 c[4];
+      const int m = std::min(4, nneed - j);
+      switch (m) {
+        case 1: count_lt_avx2<1>(x, n, need_t + j, c); break;
+        case 2: count_lt_avx2<2>(x, n, need_t + j, c); break;
+        case 3: count_lt_avx2<3>(x, n, need_t + j, c); break;
+        default: count_lt_avx2<4>(x, n, need_t + j, c); break;
+      }
+      // The pass counted every |x| < T; keep only the part inside T's binade.
+      for (int q = 0; q < m; ++q) {
+        const int k = need_k[j + q];
+        i64 below = zeros;
+        for (int e = emin; e < static_cast<int>(kTh[k] >> 23); ++e) below += hb[e];
+        ex[k] += c[q] - below;
+      }
+    }
+  }
+  // Thresholds: the cumulative counts below each threshold's binade, plus the exact part inside.
+  for (int k = 0; k < kNumTh; ++k) {
+    const int E = static_cast<int>(kTh[k] >> 23);
+    i64 cum = zeros;
+    for (int e = emin; e <= emax && e < E; ++e) cum += hb[e];
+    A.lt[k] += cum + ex[k];
   }
 }
 
@@ -565,6 +608,7 @@ AMP_AVX2_TARGET __attribute__((noinline)) void bf16_to_f32_avx2(const u16* __res
   // Element order inside a block does not matter to any statistic: unpack in lane order.
   const __m256i z = _mm256_setzero_si256();
   for (int i = 0; i < kBlock; i += 16) {
+    _mm_prefetch(reinterpret_cast<const char*>(src + i + kBlock), _MM_HINT_T0);
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
     _mm256_store_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_unpacklo_epi16(z, v));
     _mm256_store_si256(reinterpret_cast<__m256i*>(dst + i + 8), _mm256_unpackhi_epi16(z, v));
@@ -574,6 +618,7 @@ AMP_AVX2_TARGET __attribute__((noinline)) void bf16_to_f32_avx2(const u16* __res
 AMP_AVX2_TARGET __attribute__((noinline)) void f16_to_f32_avx2(const u16* __restrict src, u32* __restrict dst) {
   // F16C is exact for every float16, subnormals included (NaNs stay NaNs).
   for (int i = 0; i < kBlock; i += 8) {
+    _mm_prefetch(reinterpret_cast<const char*>(src + i + kBlock), _MM_HINT_T0);
     const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
     _mm256_store_ps(reinterpret_cast<float*>(dst + i), _mm256_cvtph_ps(h));
   }
@@ -702,6 +747,12 @@ class Gather {
 
 // ---------------------------------------------------------------- drivers
 
+/// Asks for the cache lines of the next block while this one is computed (never faults).
+AMP_INLINE void prefetch_block(const void* p, std::size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (std::size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off);
+}
+
 template <int NBins>
 void finish(const Acc<NBins>& A, bool f64, Stats& out) {
   Stats s;
@@ -761,6 +812,8 @@ AMP_INLINE void run16(const TensorView& v, i64 begin, i64 end, Stats& out) {
     if (!contig) {
       g.next(n, raw);
       src = raw;
+    } else if (!kAvx2) {
+      prefetch_block(src + kBlock, sizeof(u16) * kBlock);
     }
 #ifdef AMP_HAVE_AVX2_PATH
     if constexpr (kAvx2) {
@@ -796,6 +849,8 @@ AMP_INLINE void run32(const TensorView& v, i64 begin, i64 end, Stats& out) {
     if (!contig) {
       g.next(n, buf);
       src = buf;
+    } else if (!kAvx2) {
+      prefetch_block(src + kBlock, sizeof(u32) * kBlock);
     }
     block32_any<kAvx2>(src, n, *A);
   }
@@ -814,6 +869,8 @@ AMP_INLINE void run64(const TensorView& v, i64 begin, i64 end, Stats& out) {
     if (!contig) {
       g.next(n, buf);
       src = buf;
+    } else {
+      prefetch_block(src + kBlock, sizeof(u64) * kBlock);
     }
     block64(src, n, *A);
   }

@@ -2,11 +2,26 @@
 import os
 import pathlib
 import subprocess
+import sys
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ.get("AMPSCOPE_BUILD_DIR", ROOT / "build"))
+PYPKG = BUILD / "python"
+sys.path.insert(0, str(PYPKG))  # the package `make` builds
+
+
+@pytest.fixture
+def run_py():
+    """Runs `python -m ampscope ...` (or any python args) with the built package importable."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PYPKG), os.environ.get("PYTHONPATH", "")]))
+
+    def run(*args, cwd=None, timeout=300):
+        return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
+                              env=env, cwd=cwd, timeout=timeout)
+
+    return run
 
 
 def pytest_configure(config):

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -22,14 +23,22 @@ struct Options {
   std::vector<std::int64_t> sizes = {4 << 10, 1 << 20, 64 << 20, 256 << 20};  // bytes
   std::vector<c10::ScalarType> dtypes = {at::kFloat, at::kHalf, at::kBFloat16};
   int reps = 5;
+  int threads = 0;                          // 0: torch's default and hardware_concurrency
+  std::int64_t composed_max = 64 << 20;    // larger sizes: composed time extrapolated
   std::string json;
 };
 
 void usage(const char* argv0) {
   std::printf(
-      "usage: %s [--sizes 4K,1M,64M,256M] [--dtypes float32,float16,bfloat16] [--reps N] [--json FILE]\n"
+      "usage: %s [--sizes 4K,1M,64M,256M] [--dtypes float32,float16,bfloat16] [--reps N]\n"
+      "          [--threads N] [--composed-max SIZE] [--json FILE]\n"
       "  Times ampscope::tensor_stats, at::sum and the same stats composed from ATen ops on randn\n"
-      "  tensors of each size (bytes) and dtype; prints the median of N interleaved repetitions.\n",
+      "  tensors of each size (bytes) and dtype; prints the median of N interleaved repetitions.\n"
+      "  --threads N        threads for both torch and the stats kernel (default: torch's default\n"
+      "                     for at::sum, hardware_concurrency for tensor_stats)\n"
+      "  --composed-max S   largest size at which the composed ATen version is timed (default 64M;\n"
+      "                     it takes seconds per run); above it its time is extrapolated linearly\n"
+      "                     from the largest timed size and marked '~'\n",
       argv0);
 }
 
@@ -127,6 +136,7 @@ struct Row {
   const char* dtype;
   double stats_s, sum_s, composed_s;
   bool agree;
+  bool extrapolated;
 };
 
 bool same_counts(const ampscope::Stats& a, const ampscope::Stats& b) {
@@ -164,6 +174,10 @@ int main(int argc, char** argv) {
         }
       } else if (a == "--reps") {
         opt.reps = std::max(1, std::atoi(value().c_str()));
+      } else if (a == "--threads") {
+        opt.threads = std::max(0, std::atoi(value().c_str()));
+      } else if (a == "--composed-max") {
+        opt.composed_max = parse_size(value());
       } else if (a == "--json") {
         opt.json = value();
       } else {
@@ -176,11 +190,14 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  std::printf("threads: at::get_num_threads() = %d; tensor_stats uses hardware_concurrency\n",
-              at::get_num_threads());
+  if (opt.threads > 0) at::set_num_threads(opt.threads);
+  std::printf("threads: at::sum %d, tensor_stats %s; stats kernel build: %s\n", at::get_num_threads(),
+              opt.threads > 0 ? std::to_string(opt.threads).c_str() : "hardware_concurrency",
+              ampscope::stats_simd() ? "AVX2" : "baseline");
   std::printf("%-9s %-8s %10s %9s %10s %9s %8s %12s %9s %s\n", "size", "dtype", "stats ms", "GB/s", "sum ms",
               "GB/s", "st/sum", "composed ms", "comp/st", "");
   std::vector<Row> rows;
+  std::map<c10::ScalarType, std::pair<std::int64_t, double>> last_comp;  // numel, seconds
   for (auto bytes : opt.sizes) {
     for (auto dt : opt.dtypes) {
       const std::int64_t esize = c10::elementSize(dt);
@@ -191,36 +208,47 @@ int main(int argc, char** argv) {
       std::vector<double> ts, tsum, tcomp;
       ampscope::Stats st, comp;
       volatile double sink = 0;
+      const bool timed_comp = bytes <= opt.composed_max;
       // Warm up each once, then interleave the repetitions.
-      st = ampscope::tensor_stats(t);
+      st = ampscope::tensor_stats(t, opt.threads);
       sink = sink + at::sum(t).item<double>();
       const bool big = bytes >= (64 << 20);  // composed takes seconds there: one timed run
-      if (!big) comp = composed_stats(t);
+      if (timed_comp && !big) comp = composed_stats(t);
       const int comp_inner = std::max(1, inner / 20);
       for (int r = 0; r < opt.reps; ++r) {
         ts.push_back(seconds_of([&] {
-                       for (int k = 0; k < inner; ++k) st = ampscope::tensor_stats(t);
+                       for (int k = 0; k < inner; ++k) st = ampscope::tensor_stats(t, opt.threads);
                      }) / inner);
         tsum.push_back(seconds_of([&] {
                          for (int k = 0; k < inner; ++k) sink = sink + at::sum(t).item<double>();
                        }) / inner);
-        if (big ? r == 0 : r < 3)
+        if (timed_comp && (big ? r == 0 : r < 3))
           tcomp.push_back(seconds_of([&] {
                             for (int k = 0; k < comp_inner; ++k) comp = composed_stats(t);
                           }) / comp_inner);
       }
-      Row row{bytes, n, dtype_name(dt), median(ts), median(tsum), median(tcomp), same_counts(st, comp)};
+      double comp_s = 0;
+      bool agree = true;
+      if (timed_comp) {
+        comp_s = median(tcomp);
+        agree = same_counts(st, comp);
+        last_comp[dt] = {n, comp_s};
+      } else if (last_comp.count(dt) != 0) {
+        comp_s = last_comp[dt].second * static_cast<double>(n) / static_cast<double>(last_comp[dt].first);
+      }
+      Row row{bytes, n, dtype_name(dt), median(ts), median(tsum), comp_s, agree, !timed_comp};
       rows.push_back(row);
       const double gb = static_cast<double>(n * esize) / 1e9;
-      std::printf("%-9s %-8s %10.3f %9.2f %10.3f %9.2f %8.2f %12.3f %9.1f %s\n", size_name(bytes).c_str(),
+      std::printf("%-9s %-8s %10.3f %9.2f %10.3f %9.2f %8.2f %s%11.3f %s%8.1f %s\n", size_name(bytes).c_str(),
                   row.dtype, row.stats_s * 1e3, gb / row.stats_s, row.sum_s * 1e3, gb / row.sum_s,
-                  row.sum_s / row.stats_s, row.composed_s * 1e3, row.composed_s / row.stats_s,
+                  row.sum_s / row.stats_s, row.extrapolated ? "~" : " ", row.composed_s * 1e3,
+                  row.extrapolated ? "~" : " ", row.composed_s / row.stats_s,
                   row.agree ? "" : "(counts differ from composed!)");
       std::fflush(stdout);
     }
   }
   std::printf("st/sum: stats throughput / at::sum throughput (bar >= 0.5); comp/st: composed time / stats time "
-              "(bar >= 5)\n");
+              "(bar >= 5); ~: composed time extrapolated (see --composed-max)\n");
 
   if (!opt.json.empty()) {
     FILE* f = std::fopen(opt.json.c_str(), "w");
@@ -228,15 +256,17 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "cannot write %s\n", opt.json.c_str());
       return 1;
     }
-    std::fprintf(f, "{\n  \"threads\": %d,\n  \"reps\": %d,\n  \"results\": [\n", at::get_num_threads(), opt.reps);
+    std::fprintf(f, "{\n  \"torch_threads\": %d,\n  \"stats_threads\": %d,\n  \"simd\": %s,\n  \"reps\": %d,\n  \"results\": [\n",
+                 at::get_num_threads(), opt.threads, ampscope::stats_simd() ? "true" : "false", opt.reps);
     for (std::size_t i = 0; i < rows.size(); ++i) {
       const auto& r = rows[i];
       std::fprintf(f,
                    "    {\"bytes\": %lld, \"numel\": %lld, \"dtype\": \"%s\", \"stats_s\": %.9g, \"sum_s\": %.9g, "
                    "\"composed_s\": %.9g, \"stats_over_sum_throughput\": %.4f, \"composed_over_stats_time\": "
-                   "%.3f, \"counts_agree\": %s}%s\n",
+                   "%.3f, \"composed_extrapolated\": %s, \"counts_agree\": %s}%s\n",
                    static_cast<long long>(r.bytes), static_cast<long long>(r.numel), r.dtype, r.stats_s, r.sum_s,
-                   r.composed_s, r.sum_s / r.stats_s, r.composed_s / r.stats_s, r.agree ? "true" : "false",
+                   r.composed_s, r.sum_s / r.stats_s, r.composed_s / r.stats_s, r.extrapolated ? "true" : "false",
+                   r.agree ? "true" : "false",
                    i + 1 < rows.size() ? "," : "");
     }
     std::fprintf(f, "  ]\n}\n");

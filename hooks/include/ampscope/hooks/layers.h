@@ -12,6 +12,9 @@
 namespace torch::nn {
 class Module;
 }
+namespace at {
+class Tensor;
+}
 
 namespace ampscope {
 
@@ -31,8 +34,8 @@ void detach_all_modules();
 std::vector<LayerInfo> known_layers();
 /// Id of an attached module, or -1.
 LayerId find_layer(const torch::nn::Module& module);
-/// Id of a layer name, registering it (type "scope") when unknown.
-LayerId layer_for_name(std::string_view name);
+/// Id of a layer name, registering it with `type` when unknown.
+LayerId layer_for_name(std::string_view name, std::string_view type = "scope");
 
 /// Gradient stats of one attached parameter (recorded by a tensor hook after each backward).
 struct ParamGradInfo {
@@ -44,6 +47,10 @@ struct ParamGradInfo {
 };
 /// Snapshot of every attached parameter's gradient record, in attach order.
 std::vector<ParamGradInfo> param_grads();
+/// Records one gradient of a parameter known by name (front ends without C++ modules, e.g.
+/// Python): creates its record, owned by `layer` (registered with `layer_type`), on first use.
+void record_param_grad(const std::string& name, const std::string& layer,
+                       const std::string& layer_type, const at::Tensor& grad);
 /// Zeroes every gradient record (parameters stay attached).
 void reset_param_grads();
 

@@ -23,6 +23,13 @@ struct SessionOptions {
   bool write_html = true;
 };
 
+/// Writes <stem>.json and <stem>.html (optional) and the precision map into `dir` (created if
+/// missing), each atomically. The map is precision_map.json for stem "report" and
+/// precision_map<rest>.json for "report<rest>" (e.g. report.rank1 -> precision_map.rank1.json).
+/// Returns the path of the JSON report.
+std::string write_report_files(const reports::Report& report, const std::string& dir,
+                               const std::string& stem = "report", bool html = true);
+
 /// One profiled run. Only one session observes at a time (the observer is process-wide).
 /// Not copyable; the destructor stops observation and, with out_dir set, writes the reports
 /// (also during stack unwinding), never throwing.

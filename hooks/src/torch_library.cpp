@@ -1,0 +1,124 @@
+// The bridge the Python package uses: ampscope's core as torch.ops.ampscope.* (TORCH_LIBRARY),
+// loaded into the user's torch process with torch.ops.load_library. No pybind11: every value
+// crossing is a str, int or Tensor, and structured data travels as JSON text.
+#include <ampscope/hooks/layers.h>
+#include <ampscope/hooks/session.h>
+#include <ampscope/profiler/observer.h>
+#include <ampscope/profiler/tensor_stats.h>
+#include <ampscope/reports/html.h>
+#include <ampscope/reports/precision_map.h>
+#include <ampscope/reports/recommend.h>
+#include <ampscope/reports/report_json.h>
+
+#include <torch/library.h>
+
+#include <memory>
+#include <mutex>
+
+namespace ampscope {
+namespace {
+
+std::mutex g_mu;
+
+/// Run fields the Python side knows better (rank, world size, command, notes...).
+void apply_run_overrides(reports::Report& r, const std::string& run_json) {
+  if (run_json.empty()) return;
+  auto j = nlohmann::json::parse(run_json, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return;
+  auto& run = r.run;
+  if (j.contains("rank") && j["rank"].is_number_integer()) run.rank = j["rank"].get<int>();
+  if (j.contains("world_size") && j["world_size"].is_number_integer())
+    run.world_size = j["world_size"].get<int>();
+  if (j.contains("command") && j["command"].is_string()) run.command = j["command"];
+  if (j.contains("device") && j["device"].is_string()) run.device = j["device"];
+  if (j.contains("autocast_dtype") && j["autocast_dtype"].is_string())
+    run.autocast_dtype = j["autocast_dtype"];
+  if (j.contains("torch_version") && j["torch_version"].is_string())
+    run.torch_version = j["torch_version"];
+  if (j.contains("notes") && j["notes"].is_array()) {
+    for (const auto& n : j["notes"]) {
+      if (n.is_string()) run.notes.push_back(n);
+    }
+  }
+}
+std::unique_ptr<Session> g_session;
+
+Phase parse_phase(const std::string& p) {
+  if (p == "optimizer") return Phase::kOptimizer;
+  if (p == "backward") return Phase::kBackward;
+  return Phase::kForward;
+}
+
+void start(int64_t every, std::string device, std::string autocast_dtype, std::string command) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  SessionOptions o;
+  o.every = static_cast<int>(every);
+  o.device = device;
+  o.autocast_dtype = autocast_dtype;
+  o.command = command;
+  if (g_session && g_session->running()) g_session->stop();
+  g_session = std::make_unique<Session>(o);
+  g_session->start();
+}
+
+void stop() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_session) g_session->stop();
+}
+
+void push_layer(std::string name, std::string type) {
+  Observer::push_layer(layer_for_name(name, type));
+}
+
+void pop_layer() { Observer::pop_layer(); }
+void push_phase(std::string phase) { Observer::push_phase(parse_phase(phase)); }
+void pop_phase() { Observer::pop_phase(); }
+void mark_step() { Observer::mark_step(); }
+
+/// The report as JSON; `run_json` overrides run fields (rank, world_size, notes, ...).
+std::string report_json(std::string run_json) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  TORCH_CHECK(g_session, "ampscope: no profiling session was started");
+  reports::Report r = g_session->report();
+  apply_run_overrides(r, run_json);
+  r.recommendations = reports::recommend(r);
+  return reports::report_to_json(r).dump();
+}
+
+/// Writes <stem>.json, <stem>.html and precision_map.json (for rank 0 / single process) in dir.
+std::string write_reports(std::string dir, std::string stem, std::string run_json) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  TORCH_CHECK(g_session, "ampscope: no profiling session was started");
+  reports::Report r = g_session->report();
+  apply_run_overrides(r, run_json);
+  r.recommendations = reports::recommend(r);
+  return write_report_files(r, dir, stem);
+}
+
+std::string tensor_stats_json(const at::Tensor& t) {
+  return reports::stats_to_json(tensor_stats(t)).dump();
+}
+
+void reset_layers() { detach_all_modules(); }
+
+void param_grad(std::string name, std::string layer, std::string layer_type, const at::Tensor& g) {
+  record_param_grad(name, layer, layer_type, g);
+}
+
+}  // namespace
+}  // namespace ampscope
+
+TORCH_LIBRARY(ampscope, m) {
+  m.def("start(int every, str device, str autocast_dtype, str command) -> ()", &ampscope::start);
+  m.def("stop() -> ()", &ampscope::stop);
+  m.def("push_layer(str name, str type) -> ()", &ampscope::push_layer);
+  m.def("pop_layer() -> ()", &ampscope::pop_layer);
+  m.def("push_phase(str phase) -> ()", &ampscope::push_phase);
+  m.def("pop_phase() -> ()", &ampscope::pop_phase);
+  m.def("mark_step() -> ()", &ampscope::mark_step);
+  m.def("report_json(str run_json) -> str", &ampscope::report_json);
+  m.def("write_reports(str dir, str stem, str run_json) -> str", &ampscope::write_reports);
+  m.def("tensor_stats(Tensor t) -> str", &ampscope::tensor_stats_json);
+  m.def("reset_layers() -> ()", &ampscope::reset_layers);
+  m.def("param_grad(str name, str layer, str layer_type, Tensor grad) -> ()", &ampscope::param_grad);
+}

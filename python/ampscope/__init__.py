@@ -1,0 +1,114 @@
+"""ampscope: a numerical-precision profiler for mixed-precision PyTorch training.
+
+    with ampscope.profile(out="ampscope-out") as prof:
+        train()
+    prof.report            # the report as a dict
+
+or, with no code changes:  python -m ampscope train.py args...
+"""
+import json
+import os
+import signal
+import sys
+
+import torch
+
+from . import _core
+from ._pin import MapError, apply_precision_map, load_map
+from ._tracker import Tracker
+
+__all__ = ["profile", "step", "tensor_stats", "apply_precision_map", "MapError"]
+
+_active = None
+
+
+def step():
+    """Marks the end of a training step (optimizer steps are detected automatically)."""
+    _core.ops().mark_step()
+
+
+def tensor_stats(t):
+    """The stats block of a floating tensor as a dict (counts exact; see the README)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"tensor_stats expects a torch.Tensor, got {type(t).__name__}")
+    return json.loads(_core.ops().tensor_stats(t))
+
+
+def _rank_world():
+    try:
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 0, 1
+
+
+class profile:
+    """Profiles everything run inside the block. `model` names layers from that root (any
+    module called outside all others becomes a root by itself); `out=None` writes no files;
+    `every=N` records steps 0, N, 2N...; `precision_map` pins layers at start-up."""
+
+    def __init__(self, model=None, out="ampscope-out", every=1, shadow=False,
+                 precision_map=None, command=None):
+        if int(every) < 1:
+            raise ValueError("every must be >= 1")
+        self.model, self.out, self.every, self.shadow = model, out, int(every), shadow
+        self.command = command if command is not None else " ".join(sys.argv)
+        self.report = None
+        self.report_path = None
+        self._pins = load_map(precision_map)["pin_fp32"] if precision_map is not None else []
+        self.pinned = []
+        self._tracker = Tracker()
+        self._tracker.root_callbacks.append(self._apply_pins)
+
+    def _apply_pins(self, root, names):
+        from ._pin import apply_to_names
+        self.pinned += apply_to_names(names, self._pins)
+
+    def __enter__(self):
+        global _active
+        if _active is not None:
+            raise RuntimeError("ampscope: a profile is already active")
+        ops = _core.ops()
+        ops.reset_layers()
+        if self.model is not None:
+            self._tracker.register_root(self.model)
+        self._tracker.install()
+        ops.start(self.every, "cpu", "", self.command)
+        _active = self
+        return self
+
+    def _run_info(self):
+        rank, world = _rank_world()
+        notes = []
+        if self.shadow:
+            notes.append("--shadow re-checks are not implemented yet; only the first "
+                         "non-finite op is re-run in float32")
+        for name in self._tracker.compiled:
+            notes.append(f"{name} runs through torch.compile: its fused kernels are not "
+                         "observed op by op")
+        missing = [p for p in self._pins if p not in self.pinned]
+        if missing:
+            notes.append("precision map names not in the model: " + ", ".join(missing))
+        device = "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
+        return {"rank": rank, "world_size": world, "device": device,
+                "torch_version": torch.__version__, "notes": notes}
+
+    def write(self, out):
+        rank, world = _rank_world()
+        stem = "report" if world <= 1 else f"report.rank{rank}"
+        return _core.ops().write_reports(out, stem, json.dumps(self._run_info()))
+
+    def __exit__(self, exc_type, exc, tb):
+        global _active
+        ops = _core.ops()
+        ops.stop()
+        self._tracker.remove()
+        _active = None
+        self.report = json.loads(ops.report_json(json.dumps(self._run_info())))
+        if self.out is not None:
+            try:
+                self.report_path = self.write(self.out)
+            except RuntimeError as e:  # never mask the user's own exception
+                sys.stderr.write(f"ampscope: error: cannot write the report: {e}\n")
+                if exc_type is None:
+                    raise
+        return False

@@ -1,0 +1,72 @@
+"""python -m ampscope [--out DIR] [--every N] [--shadow] [--map FILE] script.py [args...]
+
+Runs the script as `python script.py args...` would (its __name__ is "__main__", sys.argv and
+the exit code are preserved) with every torch.nn.Module observed, and writes report.json,
+report.html and precision_map.json into DIR when the script ends: also when it raises, calls
+sys.exit, or gets SIGINT/SIGTERM. Under torchrun each rank writes report.rank<R>.json (+ html).
+"""
+import argparse
+import os
+import runpy
+import signal
+import sys
+
+from . import MapError, load_map, profile
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        sys.stderr.write(f"ampscope: error: {message}\n")
+        sys.exit(2)
+
+
+def _parser():
+    p = _Parser(prog="python -m ampscope", description=__doc__.split("\n\n", 1)[1],
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="ampscope-out", help="output folder (default ampscope-out)")
+    p.add_argument("--every", type=int, default=1, help="record every N-th step (default 1)")
+    p.add_argument("--shadow", action="store_true",
+                   help="re-check sampled low-precision ops in float32 (planned)")
+    p.add_argument("--map", metavar="FILE", default=os.environ.get("AMPSCOPE_PRECISION_MAP"),
+                   help="precision map to apply at start-up (env AMPSCOPE_PRECISION_MAP)")
+    p.add_argument("script", help="the Python script to run")
+    p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
+    return p
+
+
+def _fail(message):
+    sys.stderr.write(f"ampscope: error: {message}\n")
+    return 2
+
+
+def _on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
+def main(argv=None):
+    a = _parser().parse_args(argv)
+    if a.every < 1:
+        return _fail(f"--every must be >= 1, got {a.every}")
+    if not os.path.isfile(a.script):
+        return _fail(f"{a.script}: no such script")
+    try:
+        pins = load_map(a.map) if a.map else None
+    except MapError as e:
+        return _fail(str(e))
+    sys.argv = [a.script, *a.args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    prof = profile(out=a.out, every=a.every, shadow=a.shadow, precision_map=pins,
+                   command=" ".join(["python -m ampscope", a.script, *a.args]))
+    try:
+        with prof:
+            runpy.run_path(a.script, run_name="__main__")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if prof.report_path:
+            sys.stderr.write(f"ampscope: wrote {prof.report_path}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Layer attribution for Python models: global module forward hooks give the core its layer
+scopes. Names are the qualified named_modules() names of the outermost module; a module built on
+the fly inside a forward (not in any registered tree) counts as its innermost registered parent;
+several unrelated root models keep distinct names (later roots are prefixed by their class)."""
+import threading
+import weakref
+
+import torch
+from torch.nn.modules.module import (register_module_forward_hook,
+                                      register_module_forward_pre_hook)
+from torch.optim.optimizer import (register_optimizer_step_post_hook,
+                                   register_optimizer_step_pre_hook)
+
+from . import _core
+
+
+class Tracker:
+    def __init__(self):
+        self._names = weakref.WeakKeyDictionary()  # module -> qualified name
+        self._prefixes = set()
+        self._local = threading.local()
+        self._handles = []
+        self._param_hooks = []
+        self.root_callbacks = []  # called with (root, names) when a new root is registered
+        self.compiled = []        # names of torch.compile'd modules seen (not observed op by op)
+
+    # -- names
+    def register_root(self, root, prefix=None):
+        if root in self._names:
+            return
+        if prefix is None:
+            prefix = "" if not self._prefixes else self._unique(type(root).__name__)
+        self._prefixes.add(prefix)
+        names = {}
+        for name, module in root.named_modules(remove_duplicate=True):
+            if module in self._names:
+                continue
+            full = ".".join(p for p in (prefix, name) if p)
+            self._names[module] = full
+            names[full] = module
+            self._hook_params(module, full)
+        for callback in self.root_callbacks:
+            callback(root, names)
+
+    def _hook_params(self, module, layer):
+        layer_type = type(module).__name__
+        for pname, param in module.named_parameters(recurse=False):
+            if not param.requires_grad:
+                continue
+            full = f"{layer}.{pname}" if layer else pname
+
+            def record(grad, full=full):
+                _core.ops().param_grad(full, layer, layer_type, grad)
+
+            self._param_hooks.append(param.register_hook(record))
+
+    def _unique(self, base):
+        name, n = base, 2
+        while name in self._prefixes:
+            name, n = f"{base}.{n}", n + 1
+        return name
+
+    def _stack(self):
+        stack = getattr(self._local, "stack", None)
+        if stack is None:
+            stack = self._local.stack = []
+        return stack
+
+    # -- hooks
+    def _pre(self, module, args):
+        stack = self._stack()
+        name = self._names.get(module)
+        if name is None and not stack:
+            self._note_compiled(module)
+            self.register_root(module)
+            name = self._names.get(module)
+        if name is None:
+            stack.append(False)  # built on the fly: stays in its parent's scope
+            return
+        _core.ops().push_layer(name, type(module).__name__)
+        stack.append(True)
+
+    def _post(self, module, args, output):
+        stack = self._stack()
+        if stack and stack.pop():
+            _core.ops().pop_layer()
+
+    def _note_compiled(self, module):
+        dynamo = getattr(getattr(torch, "_dynamo", None), "eval_frame", None)
+        optimized = getattr(dynamo, "OptimizedModule", None)
+        if optimized is not None and isinstance(module, optimized):
+            self.compiled.append(type(module._orig_mod).__name__)
+
+    def install(self):
+        self._handles.append(register_module_forward_pre_hook(self._pre))
+        self._handles.append(register_module_forward_hook(self._post, always_call=True))
+        self._handles.append(register_optimizer_step_pre_hook(
+            lambda o, a, k: _core.ops().push_phase("optimizer")))
+        self._handles.append(register_optimizer_step_post_hook(self._after_optimizer_step))
+
+    @staticmethod
+    def _after_optimizer_step(optimizer, args, kwargs):
+        _core.ops().pop_phase()
+        _core.ops().mark_step()
+
+    def remove(self):
+        for h in self._handles + self._param_hooks:
+            h.remove()
+        self._handles.clear()
+        self._param_hooks.clear()

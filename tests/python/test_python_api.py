@@ -1,0 +1,186 @@
+"""The Python front end on the C++ core: autocast truth, exact stats, backward attribution,
+precision maps, layer names. Oracle: torch itself (its casts, its autocast results)."""
+import math
+import warnings
+
+import pytest
+import torch
+
+import ampscope
+
+
+def layer(report, name):
+    found = [l for l in report["layers"] if l["name"] == name]
+    assert found, f"no layer {name!r} in {[l['name'] for l in report['layers']]}"
+    return found[0]
+
+
+def ops(report, name, op, phase="forward"):
+    return [o for o in layer(report, name)["ops"] if o["op"] == op and o["phase"] == phase]
+
+
+class Calls(torch.nn.Module):
+    """Each child runs one op: from autocast's lower-precision, fp32 and promote lists, and one
+    op autocast does not list."""
+
+    class One(torch.nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, *a):
+            return self.fn(*a)
+
+    def __init__(self):
+        super().__init__()
+        self.lower = self.One(torch.mm)
+        self.fp32 = self.One(torch.nn.functional.mse_loss)
+        self.promote = self.One(lambda a, b: torch.cat([a, b]))
+        self.unlisted = self.One(torch.relu)
+
+    def forward(self, a, b):
+        low = a.to(torch.bfloat16)
+        return (self.lower(a, b), self.fp32(low, b.to(torch.bfloat16)), self.promote(low, b),
+                self.unlisted(a))
+
+
+def test_autocast_choices_are_what_torch_returns():
+    model, a, b = Calls(), torch.randn(8, 8), torch.randn(8, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        expected = model(a, b)  # the oracle: torch's own results, unobserved
+    with ampscope.profile(model=model, out=None) as prof:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            model(a, b)
+    r = prof.report
+    name = {torch.float32: "float32", torch.bfloat16: "bfloat16"}
+    for child, op, out in [("lower", "aten::mm", expected[0]), ("fp32", "aten::mse_loss", expected[1]),
+                           ("promote", "aten::cat", expected[2]), ("unlisted", "aten::relu", expected[3])]:
+        [entry] = ops(r, child, op)
+        assert entry["output_dtype"] == name[out.dtype], child
+        assert entry["compute_dtype"] == name[out.dtype], child
+    assert ops(r, "lower", "aten::mm")[0]["autocast"] == "lower_precision"
+    assert ops(r, "fp32", "aten::mse_loss")[0]["autocast"] == "fp32"
+    assert ops(r, "promote", "aten::cat")[0]["autocast"] == "promote"
+    assert ops(r, "unlisted", "aten::relu")[0]["autocast"] == "none"
+    assert ops(r, "lower", "aten::mm")[0]["casts"] == 2
+    assert r["run"]["autocast_dtype"] == "bfloat16"
+
+
+EDGES = [65504.0, -65504.0, 65519.0, 65520.0, 2.0 ** -24, 2.0 ** -25, 2.0 ** -25 * 1.0001,
+         6e-8, 1e-40, 3.4e38, 448.0, 464.0, 465.0, 57344.0, 61440.0, float("inf"),
+         float("-inf"), float("nan"), -0.0, 0.0, 1.0]
+
+
+def oracle(t, fmt):
+    """overflow/underflow/subnormal of `t` cast to fmt, computed with torch's own cast."""
+    finite = t.isfinite()
+    nonzero = finite & (t != 0)
+    cast = t.to(fmt)
+    tiny = torch.finfo(fmt).tiny
+    return {
+        "overflow": int((finite & cast.isinf()).sum()),
+        "underflow": int((nonzero & (cast == 0)).sum()),
+        "subnormal": int((nonzero & (cast != 0) & (cast.abs().float() < tiny)).sum()),
+    }
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+def test_tensor_stats_counts_equal_torch_casts(dtype):
+    gen = torch.Generator().manual_seed(1)
+    mags = torch.exp2(torch.empty(5000, dtype=torch.float64).uniform_(-30, 20, generator=gen))
+    signs = torch.where(torch.rand(5000, generator=gen) < 0.5, -1.0, 1.0).double()
+    t = torch.cat([mags * signs, torch.tensor(EDGES, dtype=torch.float64)]).to(dtype)
+    s = ampscope.tensor_stats(t)
+    assert s["count"] == t.numel()
+    assert s["nan"] == int(t.isnan().sum())
+    assert s["posinf"] == int((t == math.inf).sum()) and s["neginf"] == int((t == -math.inf).sum())
+    assert s["zeros"] == int((t == 0).sum())
+    for fmt, key in [(torch.float16, "float16"), (torch.bfloat16, "bfloat16")]:
+        o = oracle(t, fmt)
+        for kind in ("overflow", "underflow", "subnormal"):
+            assert s[kind][key] == o[kind], (kind, key)
+    finite = t[t.isfinite()].double()
+    assert s["absmax"] == pytest.approx(float(finite.abs().max()), rel=1e-12)
+    assert s["rms"] == pytest.approx(float(finite.pow(2).mean().sqrt()), rel=1e-6)
+    nz = finite[finite != 0]
+    exps = torch.floor(torch.log2(nz.abs())).long()
+    assert sum(s["exp_hist"].values()) == nz.numel()
+    assert s["exp_hist"][str(int(exps.min()))] == int((exps == exps.min()).sum())
+
+
+def test_profiled_op_entry_stats_equal_torch():
+    class Scale(torch.nn.Module):
+        def forward(self, x):
+            return x * 1000.0
+
+    m, x = Scale(), torch.randn(300, 7) * 100
+    with ampscope.profile(model=m, out=None) as prof:
+        y = m(x)
+    [entry] = ops(prof.report, "", "aten::mul")
+    s = entry["stats"]
+    assert s["count"] == y.numel()
+    assert s["overflow"]["float16"] == oracle(y, torch.float16)["overflow"] > 0
+    assert s["absmax"] == pytest.approx(float(y.abs().max()))
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(6, 5)
+        self.act = torch.nn.ReLU()
+        self.fc2 = torch.nn.Linear(5, 2)
+
+    def forward(self, x):
+        h = self.act(self.fc1(x))
+        return self.fc2(h) + torch.nn.Identity()(h[:, :2])  # built on the fly: counts as root
+
+
+def test_backward_and_parameter_gradients_land_under_their_layers():
+    m = Net()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with ampscope.profile(model=m, out=None) as prof:
+        for _ in range(2):
+            m(torch.randn(4, 6)).pow(2).sum().backward()
+            opt.step()
+            opt.zero_grad()
+    r = prof.report
+    assert r["run"]["steps"] == 2
+    for name in ("fc1", "fc2"):
+        assert ops(r, name, "AddmmBackward0", "backward"), name
+        params = {p["name"]: p for p in layer(r, name)["params"]}
+        assert set(params) == {f"{name}.weight", f"{name}.bias"}
+        assert all(p["updates"] == 2 for p in params.values())
+    assert ops(r, "act", "ReluBackward0", "backward")
+    names = {l["name"] for l in r["layers"]}
+    module_names = {n for n, _ in m.named_modules()}
+    assert names - {"<outside>"} <= module_names  # every layer is a named_modules() name
+    assert ops(r, "", "aten::slice")  # the on-the-fly Identity's caller, the root
+    assert any(o["phase"] == "optimizer" for l in r["layers"] for o in l["ops"])
+
+
+def test_several_roots_keep_distinct_names():
+    a, b = Net(), Net()
+    with ampscope.profile(out=None) as prof:
+        a(torch.randn(2, 6))
+        b(torch.randn(2, 6))
+    names = {l["name"] for l in prof.report["layers"]}
+    assert "fc1" in names and "Net.fc1" in names
+
+
+def test_apply_precision_map_pins_exactly_the_listed_modules():
+    m = Net()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        pinned = ampscope.apply_precision_map(
+            m, {"schema": "ampscope.precision_map/1", "pin_fp32": ["fc2", "nope"], "why": {}})
+    assert pinned == ["fc2"]
+    assert any("nope" in str(w.message) for w in caught)
+    with ampscope.profile(model=m, out=None) as prof:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = m(torch.randn(3, 6))
+    r = prof.report
+    [fc2] = ops(r, "fc2", "aten::linear")
+    assert fc2["compute_dtype"] == fc2["output_dtype"] == "float32" and fc2["autocast"] == "none"
+    [fc1] = ops(r, "fc1", "aten::linear")
+    assert fc1["compute_dtype"] == fc1["output_dtype"] == "bfloat16"
+    assert out.dtype == torch.float32
