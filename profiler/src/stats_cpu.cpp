@@ -390,18 +390,23 @@ AMP_AVX2 void count_lt_avx2(const u32* __restrict x, int n, const u32* T, i64* o
   for (int k = 0; k < K; ++k) out[k] = hsum_epi32(c[k]);
 }
 
-/// Counts of key bytes equal to kv0 and kv1 over n (a multiple of 32, at most 255*32) bytes.
-AMP_AVX2 void count_key2(const u8* __restrict key, int n, u8 kv0, u8 kv1, u32* c0, u32* c1) {
-  const __m256i t0 = _mm256_set1_epi8(static_cast<char>(kv0)), t1 = _mm256_set1_epi8(static_cast<char>(kv1));
-  __m256i a0 = _mm256_setzero_si256(), a1 = _mm256_setzero_si256();
+/// Counts of key bytes equal to each of kv[0..3] over n (a multiple of 32, at most 255*32) bytes.
+AMP_AVX2 void count_key4(const u8* __restrict key, int n, const u8 kv[4], u32 c[4]) {
+  const __m256i t0 = _mm256_set1_epi8(static_cast<char>(kv[0])), t1 = _mm256_set1_epi8(static_cast<char>(kv[1]));
+  const __m256i t2 = _mm256_set1_epi8(static_cast<char>(kv[2])), t3 = _mm256_set1_epi8(static_cast<char>(kv[3]));
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
   for (int i = 0; i < n; i += 32) {
     const __m256i k = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + i));
     a0 = _mm256_sub_epi8(a0, _mm256_cmpeq_epi8(k, t0));
     a1 = _mm256_sub_epi8(a1, _mm256_cmpeq_epi8(k, t1));
+    a2 = _mm256_sub_epi8(a2, _mm256_cmpeq_epi8(k, t2));
+    a3 = _mm256_sub_epi8(a3, _mm256_cmpeq_epi8(k, t3));
   }
   const __m256i z = _mm256_setzero_si256();
-  *c0 = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a0, z)));
-  *c1 = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a1, z)));
+  c[0] = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a0, z)));
+  c[1] = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a1, z)));
+  c[2] = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a2, z)));
+  c[3] = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a3, z)));
 }
 
 /// Exact threshold compares for the elements whose key byte satisfies `pick` (a mask builder),
@@ -426,7 +431,7 @@ AMP_AVX2 void scan_keys(const u8* __restrict key, const u32* __restrict x, int n
   }
 }
 
-constexpr int kMaxSweeps = 16;  // byte-compare sweeps (two binades each) before the scalar tail
+constexpr int kMaxSweeps = 10;  // byte-compare sweeps (four binades each) before the scalar tail
 constexpr i64 kScanMax = 64;    // populated threshold binades up to this many values are scanned
 
 /// A full block (kBlock elements) of float32 bits.
@@ -499,24 +504,22 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
     }
     key_sum = static_cast<i64>(hsum_epi64(ksum));
   }
-  // Binades from the top down by byte compares, two per sweep (the first sweep also counts the
-  // zeros), until every value is counted; past kMaxSweeps the rest are found by mask.
+  // Binades from the top down by byte compares, four per sweep (the first sweep also counts the
+  // zeros), until every value is counted; past kMaxSweeps the rest are found by mask. A key that
+  // no value has (254: the exponent byte of inf) fills unused slots.
   u32 hb[256];
-  u32 zeros32, c0, c1;
-  count_key2(key, n, 255, static_cast<u8>(emax - 1), &zeros32, &c0);
-  hb[emax] = c0;
-  const i64 zeros = zeros32;
-  i64 left = (n - zeros) - c0;
-  i64 left_sum = key_sum - 255 * zeros - static_cast<i64>(emax - 1) * c0;  // keys not yet counted
-  int lo = emax;  // lowest binade counted so far
-  for (int sweeps = 1; left > 0 && lo > emin && sweeps < kMaxSweeps; ++sweeps) {
-    if (lo - emin <= 2) {
+  i64 zeros = 0;
+  i64 left = n;              // values not yet counted (zeros included until the first sweep)
+  i64 left_sum = key_sum;    // and the sum of their keys
+  int lo = emax + 1;         // lowest binade counted so far
+  for (int sweeps = 0; left > 0 && lo > emin && sweeps < kMaxSweeps; ++sweeps) {
+    if (sweeps > 0 && lo - emin <= 2) {
       // One or two binades left: their counts follow from the count and key sum left.
       const int ea = lo - 1, eb = emin;
       if (ea == eb) {
         hb[ea] = static_cast<u32>(left);
-      } else {  // c_a + c_b = left,  (ea-1) c_a + (eb-1) c_b = left_sum
-        const i64 ca = left_sum - static_cast<i64>(eb - 1) * left;  // (ea - eb) = 1
+      } else {  // c_a + c_b = left,  (ea-1) c_a + (eb-1) c_b = left_sum, ea - eb = 1
+        const i64 ca = left_sum - static_cast<i64>(eb - 1) * left;
         hb[ea] = static_cast<u32>(ca);
         hb[eb] = static_cast<u32>(left - ca);
       }
@@ -524,13 +527,27 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
       lo = emin;
       break;
     }
-    const int e0 = lo - 1, e1 = lo - 2;
-    count_key2(key, n, static_cast<u8>(e0 - 1), static_cast<u8>(e1 - 1), &c0, &c1);
-    hb[e0] = c0;
-    hb[e1] = c1;
-    left -= c0 + c1;
-    left_sum -= static_cast<i64>(e0 - 1) * c0 + static_cast<i64>(e1 - 1) * c1;
-    lo = e1;
+    u8 kv[4];
+    int bins[4];
+    int nb = 0;
+    if (sweeps == 0) kv[nb] = 255, bins[nb++] = -1;  // the zeros
+    while (nb < 4 && lo - 1 >= emin) {
+      --lo;
+      kv[nb] = static_cast<u8>(lo - 1);
+      bins[nb++] = lo;
+    }
+    for (int q = nb; q < 4; ++q) kv[q] = 254, bins[q] = -2;
+    u32 c[4];
+    count_key4(key, n, kv, c);
+    for (int q = 0; q < 4; ++q) {
+      if (bins[q] == -2) continue;
+      if (bins[q] == -1)
+        zeros = c[q];
+      else
+        hb[bins[q]] = c[q];
+      left -= c[q];
+      left_sum -= static_cast<i64>(kv[q]) * c[q];
+    }
   }
   i64 ex[kNumTh + 1] = {};
   if (left > 0) {  // wide blocks: the binades below the swept ones, value by value
@@ -539,7 +556,14 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
     scan_keys(key, x, n, left, [&](__m256i k) AMP_AVX2_TARGET { return _mm256_cmpeq_epi8(_mm256_min_epu8(k, lim), k); },
               hb, ex);
   }
-  for (int e = emin; e <= emax; ++e) A.hist[e - 127 + kOff32] += hb[e];
+  // below[e]: zeros plus the values in binades under e, for e in [emin, emax + 1].
+  i64 below[257];
+  below[emin] = zeros;
+  for (int e = emin; e <= emax; ++e) {
+    A.hist[e - 127 + kOff32] += hb[e];
+    below[e + 1] = below[e] + hb[e];
+  }
+  auto below_binade = [&](int E) { return below[std::clamp(E, emin, emax + 1)]; };
   A.zeros += zeros;
   // Exact compares in the populated swept binades that hold a threshold: the sparse ones in one
   // scan by mask, the dense ones by a compare pass.
@@ -589,19 +613,12 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
       // The pass counted every |x| < T; keep only the part inside T's binade.
       for (int q = 0; q < m; ++q) {
         const int k = need_k[j + q];
-        i64 below = zeros;
-        for (int e = emin; e < static_cast<int>(kTh[k] >> 23); ++e) below += hb[e];
-        ex[k] += c[q] - below;
+        ex[k] += c[q] - below_binade(static_cast<int>(kTh[k] >> 23));
       }
     }
   }
   // Thresholds: the cumulative counts below each threshold's binade, plus the exact part inside.
-  for (int k = 0; k < kNumTh; ++k) {
-    const int E = static_cast<int>(kTh[k] >> 23);
-    i64 cum = zeros;
-    for (int e = emin; e <= emax && e < E; ++e) cum += hb[e];
-    A.lt[k] += cum + ex[k];
-  }
+  for (int k = 0; k < kNumTh; ++k) A.lt[k] += below_binade(static_cast<int>(kTh[k] >> 23)) + ex[k];
 }
 
 AMP_AVX2_TARGET __attribute__((noinline)) void bf16_to_f32_avx2(const u16* __restrict src, u32* __restrict dst) {

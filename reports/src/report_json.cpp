@@ -155,6 +155,7 @@ ojson nonfinite_to_ojson(const NonFiniteEvent& e) {
   o["fp32_also_nonfinite"] = e.fp32_also_nonfinite ? ojson(*e.fp32_also_nonfinite) : ojson(nullptr);
   o["compute_dtype"] = e.compute_dtype;
   o["output_stats"] = e.output_stats ? stats_to_ojson(*e.output_stats) : ojson(nullptr);
+  o["rank"] = e.rank;
   return o;
 }
 
@@ -177,6 +178,11 @@ ojson report_to_ojson(const Report& r) {
   }
   o["layers"] = std::move(layers);
   o["first_nonfinite"] = r.first_nonfinite ? nonfinite_to_ojson(*r.first_nonfinite) : ojson(nullptr);
+  if (!r.first_nonfinite_by_rank.empty()) {
+    ojson by_rank = ojson::array();
+    for (const NonFiniteEvent& e : r.first_nonfinite_by_rank) by_rank.push_back(nonfinite_to_ojson(e));
+    o["first_nonfinite_by_rank"] = std::move(by_rank);
+  }
   ojson ls = ojson::array();
   for (const LossScalePoint& p : r.loss_scale) {
     ojson po = ojson::object();
@@ -430,6 +436,7 @@ NonFiniteEvent nonfinite_from_json(const json& j, const std::string& where) {
   e.compute_dtype = o.str_or("compute_dtype", "");
   if (const json* st = o.find("output_stats"); st && !st->is_null())
     e.output_stats = stats_from_json(*st, o.path("output_stats"));
+  e.rank = o.int32_or("rank", 0);
   return e;
 }
 
@@ -523,6 +530,11 @@ Report report_from_json(const json& j) {
   }
   const json& fnf = o.need("first_nonfinite");
   if (!fnf.is_null()) r.first_nonfinite = nonfinite_from_json(fnf, "first_nonfinite");
+  if (const json* by_rank = o.array_or_null("first_nonfinite_by_rank")) {
+    for (std::size_t i = 0; i < by_rank->size(); ++i)
+      r.first_nonfinite_by_rank.push_back(
+          nonfinite_from_json((*by_rank)[i], index("first_nonfinite_by_rank", i)));
+  }
   const json& ls = o.array("loss_scale");
   for (std::size_t i = 0; i < ls.size(); ++i) {
     Obj po(ls[i], index("loss_scale", i));

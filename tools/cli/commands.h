@@ -17,5 +17,6 @@ int cmd_summary(const Argv& args);
 int cmd_map(const Argv& args);
 int cmd_html(const Argv& args);
 int cmd_autocast_ops(const Argv& args);
+int cmd_merge(const Argv& args);
 
 }  // namespace ampscope::cli

@@ -37,7 +37,8 @@ commands:
   html           (re)render the HTML report from report.json
   map            write the precision map from a report's recommendations
   autocast-ops   the ops that have an autocast kernel for a device in the linked torch
-  diff, merge, run, verify   planned (see README); not in this build
+  merge          merge the per-rank reports of a distributed run
+  diff, run, verify   planned (see README); not in this build
 
 exit codes: 0 success, 2 bad usage or unreadable input, 3 non-finite (--fail-on-nonfinite)
 )";
@@ -46,11 +47,11 @@ int dispatch(const std::string& command, const Argv& rest) {
   static const std::map<std::string, std::function<int(const Argv&)>> commands = {
       {"demo", cmd_demo},       {"summary", cmd_summary},
       {"map", cmd_map},         {"html", cmd_html},
-      {"autocast-ops", cmd_autocast_ops},
+      {"autocast-ops", cmd_autocast_ops}, {"merge", cmd_merge},
   };
   auto it = commands.find(command);
   if (it != commands.end()) return it->second(rest);
-  if (command == "diff" || command == "merge" || command == "run" || command == "verify") {
+  if (command == "diff" || command == "run" || command == "verify") {
     throw UsageError("'" + command + "' is not available in this build yet (see README)");
   }
   throw UsageError("unknown command '" + command + "' (see ampscope --help)");

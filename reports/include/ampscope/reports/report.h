@@ -79,6 +79,7 @@ struct NonFiniteEvent {
   std::optional<bool> fp32_also_nonfinite;  ///< null until re-checked
   std::string compute_dtype;
   std::optional<Stats> output_stats;
+  int rank = 0;                ///< the rank that saw it (merged reports)
 };
 
 struct LossScalePoint {
@@ -99,6 +100,8 @@ struct Report {
   RunInfo run;
   std::vector<Layer> layers;
   std::optional<NonFiniteEvent> first_nonfinite;
+  /// Merged reports: every rank's own first non-finite event (empty for one process).
+  std::vector<NonFiniteEvent> first_nonfinite_by_rank;
   std::vector<LossScalePoint> loss_scale;
   std::vector<Recommendation> recommendations;
 
