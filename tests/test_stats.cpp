@@ -545,6 +545,7 @@ const ShapeCase kShapes[] = {
     {"scalar_expanded", [](c10::ScalarType dt) { return base_values(1, dt, 9).reshape({}).expand({33, 70}); }},
     {"permuted_3d",
      [](c10::ScalarType dt) { return base_values(7 * 11 * 13, dt, 10).reshape({7, 11, 13}).permute({2, 0, 1}); }},
+    {"offset_contiguous", [](c10::ScalarType dt) { return base_values(3 * 2048 + 6, dt, 14).slice(0, 1); }},
     {"column_slice", [](c10::ScalarType dt) { return base_values(4096 * 3, dt, 11).reshape({4096, 3}).select(1, 1); }},
 };
 

@@ -17,12 +17,25 @@
 // nonzero values that become float32 zero set to the smallest subnormal (they underflow every
 // format). The float64 stats proper (ranges, sums, exponents) use the double itself.
 //
-// Per block (kBlock elements) the float32 path runs a vectorisable pass (sums in double lanes,
-// max/min of |bits| as integers, zero count). When the block is all finite, has no float32
-// subnormals and spans few binades (the common case), the exponent histogram is counted per bin
-// with byte compares over the exponent bytes, and the format thresholds follow from the histogram's
-// cumulative counts, with an exact compare pass only for thresholds whose binade is populated.
-// Any other block takes the general path (all twelve compares, masked sums, scalar histogram).
+// Work goes in blocks of kBlock elements (strided views are gathered into a local buffer first,
+// 16-bit sources converted to float32 bits). There are two builds of the block code, picked once
+// at run time: AVX2/FMA/F16C intrinsics, and a portable one (plain loops over lane arrays that GCC
+// auto-vectorises for baseline x86-64). Both give identical counts.
+//
+// AVX2 block (block32_avx2), one read of the data from memory, then L1-resident passes:
+//   1. sums and sums of squares in double (4-wide, several accumulators), max and min of |bits|;
+//   2. if the block holds NaN/inf or float32 subnormals: the general block instead (below);
+//   3. the exponent bytes (minus one, zeros wrap to 255) into a 2 KiB key array;
+//   4. the exponent histogram by byte compares, four binades per sweep from the top down, until
+//      every value is counted (the last one or two binades follow from the count and the key sum
+//      left; past kMaxSweeps the rest are found by mask and counted one by one);
+//   5. the format counts from the histogram's cumulative counts: a threshold that is a binade's
+//      lower edge needs nothing more; for one inside a populated binade the values of that binade
+//      are compared exactly (by mask and one by one when few, else a 32-bit compare pass).
+// General block (block32_general): all twelve compares per value, sums masked to finite values,
+// scalar histogram with the exact floor(log2) of float32 subnormals. Portable fast block (block32):
+// the same as the AVX2 block with auto-vectorised loops and one compare sweep per binade.
+// float64 has its own block (block64): the double stats per value plus the float32 proxy above.
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -238,16 +251,16 @@ AMP_INLINE void block32(const u32* __restrict x, int n, Acc32& A) {
       s[l] += d;
       q[l] += d * d;
     }
-  for (int l = 0; i < n; ++i, ++l) {
+  for (; i < n; ++i) {
     const u32 xb = x[i];
     const u32 a = xb & kAbs32;
-    mx[l] = mx[l] > a ? mx[l] : a;
+    mx[0] = mx[0] > a ? mx[0] : a;
     const u32 an = a - 1u;
-    mn[l] = mn[l] < an ? mn[l] : an;
-    zc[l] += a == 0;
+    mn[0] = mn[0] < an ? mn[0] : an;
+    zc[0] += a == 0;
     const double d = static_cast<double>(f32_of(xb));
-    s[l] += d;
-    q[l] += d * d;
+    s[0] += d;
+    q[0] += d * d;
   }
   u32 amax = 0, amin1 = ~0u;
   for (int l = 0; l < L; ++l) {
@@ -324,7 +337,6 @@ AMP_INLINE void block32(const u32* __restrict x, int n, Acc32& A) {
 #define AMP_AVX2_TARGET __attribute__((target("avx2,fma,f16c,bmi,bmi2,popcnt,lzcnt")))
 #define AMP_AVX2 AMP_AVX2_TARGET __attribute__((always_inline)) inline
 
-constexpr int kWindow = 8;  // exponent bins counted with byte compares; lower bins go scalar
 
 /// For every float32 exponent byte, the (up to two) thresholds inside that binade that are not
 /// its lower edge; kNumTh (a dummy slot with threshold 0) where there is none.
@@ -445,9 +457,9 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
   __m256d s0 = _mm256_setzero_pd(), s1 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
   const float* xf = reinterpret_cast<const float*>(x);
   for (int i = 0; i < n; i += 16) {
-    // The block is compute-bound: fetch the next one (in tensor order) while this one runs.
-    // Prefetches never fault, past the end of the data included.
-    _mm_prefetch(reinterpret_cast<const char*>(x + i + kBlock), _MM_HINT_T0);
+    // The block is compute-bound, with long stretches that touch no memory: ask for the block
+    // after next (into L2) while this one runs. Prefetches never fault, past the end included.
+    _mm_prefetch(reinterpret_cast<const char*>(x + i + 2 * kBlock), _MM_HINT_T1);
     const __m256i a0 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absm);
     const __m256i a1 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8)), absm);
     mx = _mm256_max_epu32(mx, _mm256_max_epu32(a0, a1));
@@ -508,6 +520,7 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
   // zeros), until every value is counted; past kMaxSweeps the rest are found by mask. A key that
   // no value has (254: the exponent byte of inf) fills unused slots.
   u32 hb[256];
+  for (int e = emin; e <= emax; ++e) hb[e] = 0;
   i64 zeros = 0;
   i64 left = n;              // values not yet counted (zeros included until the first sweep)
   i64 left_sum = key_sum;    // and the sum of their keys
@@ -624,20 +637,24 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
 AMP_AVX2_TARGET __attribute__((noinline)) void bf16_to_f32_avx2(const u16* __restrict src, u32* __restrict dst) {
   // Element order inside a block does not matter to any statistic: unpack in lane order.
   const __m256i z = _mm256_setzero_si256();
-  for (int i = 0; i < kBlock; i += 16) {
-    _mm_prefetch(reinterpret_cast<const char*>(src + i + kBlock), _MM_HINT_T0);
-    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_unpacklo_epi16(z, v));
-    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + i + 8), _mm256_unpackhi_epi16(z, v));
+  for (int i = 0; i < kBlock; i += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(src + i + 2 * kBlock), _MM_HINT_T1);
+    for (int h = 0; h < 32; h += 16) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + h));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(dst + i + h), _mm256_unpacklo_epi16(z, v));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(dst + i + h + 8), _mm256_unpackhi_epi16(z, v));
+    }
   }
 }
 
 AMP_AVX2_TARGET __attribute__((noinline)) void f16_to_f32_avx2(const u16* __restrict src, u32* __restrict dst) {
   // F16C is exact for every float16, subnormals included (NaNs stay NaNs).
-  for (int i = 0; i < kBlock; i += 8) {
-    _mm_prefetch(reinterpret_cast<const char*>(src + i + kBlock), _MM_HINT_T0);
-    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
-    _mm256_store_ps(reinterpret_cast<float*>(dst + i), _mm256_cvtph_ps(h));
+  for (int i = 0; i < kBlock; i += 32) {
+    _mm_prefetch(reinterpret_cast<const char*>(src + i + 2 * kBlock), _MM_HINT_T1);
+    for (int h = 0; h < 32; h += 8) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + h));
+      _mm256_store_ps(reinterpret_cast<float*>(dst + i + h), _mm256_cvtph_ps(v));
+    }
   }
 }
 #endif
@@ -956,7 +973,7 @@ Stats compute_stats(const TensorView& view, int max_threads) {
   Stats result;
   const i64 n = view.numel();
   if (n <= 0 || view.data == nullptr) return result;
-  constexpr i64 kMinParallel = i64{1} << 20;  // below this, threads cost more than they save
+  constexpr i64 kMinParallel = i64{1} << 19;  // below this, starting threads costs more than it saves
   constexpr i64 kMinPerThread = i64{1} << 18;
   if (n < kMinParallel || max_threads == 1) {
     accumulate_stats(view, 0, n, result);

@@ -68,10 +68,12 @@ class Tracker:
 
     # -- hooks
     def _pre(self, module, args):
+        if torch.compiler.is_compiling():
+            return  # inside a compiled region: dynamo must not trace ampscope (not observed)
         stack = self._stack()
+        module = self._unwrap_compiled(module)
         name = self._names.get(module)
         if name is None and not stack:
-            self._note_compiled(module)
             self.register_root(module)
             name = self._names.get(module)
         if name is None:
@@ -81,15 +83,26 @@ class Tracker:
         stack.append(True)
 
     def _post(self, module, args, output):
+        if torch.compiler.is_compiling():
+            return
         stack = self._stack()
         if stack and stack.pop():
             _core.ops().pop_layer()
 
-    def _note_compiled(self, module):
+    def _unwrap_compiled(self, module):
+        """torch.compile's wrapper stands for the module it compiled (named as the user's)."""
+        orig = getattr(module, "_orig_mod", None)
+        if isinstance(orig, torch.nn.Module) and self._is_compiled(module):
+            if type(orig).__name__ not in self.compiled:
+                self.compiled.append(type(orig).__name__)
+            return orig
+        return module
+
+    @staticmethod
+    def _is_compiled(module):
         dynamo = getattr(getattr(torch, "_dynamo", None), "eval_frame", None)
         optimized = getattr(dynamo, "OptimizedModule", None)
-        if optimized is not None and isinstance(module, optimized):
-            self.compiled.append(type(module._orig_mod).__name__)
+        return optimized is not None and isinstance(module, optimized)
 
     def install(self):
         self._handles.append(register_module_forward_pre_hook(self._pre))

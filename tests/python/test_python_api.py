@@ -184,3 +184,11 @@ def test_apply_precision_map_pins_exactly_the_listed_modules():
     [fc1] = ops(r, "fc1", "aten::linear")
     assert fc1["compute_dtype"] == fc1["output_dtype"] == "bfloat16"
     assert out.dtype == torch.float32
+
+
+def test_compiled_modules_are_named_as_not_observed():
+    m = torch.compile(Net(), backend="eager")
+    with ampscope.profile(out=None) as prof:
+        m(torch.randn(2, 6))
+    notes = " ".join(prof.report["run"]["notes"])
+    assert "Net runs through torch.compile" in notes

@@ -239,11 +239,15 @@ int main(int argc, char** argv) {
       Row row{bytes, n, dtype_name(dt), median(ts), median(tsum), comp_s, agree, !timed_comp};
       rows.push_back(row);
       const double gb = static_cast<double>(n * esize) / 1e9;
-      std::printf("%-9s %-8s %10.3f %9.2f %10.3f %9.2f %8.2f %s%11.3f %s%8.1f %s\n", size_name(bytes).c_str(),
-                  row.dtype, row.stats_s * 1e3, gb / row.stats_s, row.sum_s * 1e3, gb / row.sum_s,
-                  row.sum_s / row.stats_s, row.extrapolated ? "~" : " ", row.composed_s * 1e3,
-                  row.extrapolated ? "~" : " ", row.composed_s / row.stats_s,
-                  row.agree ? "" : "(counts differ from composed!)");
+      char comp_ms[32] = "n/a", comp_ratio[32] = "n/a";
+      if (row.composed_s > 0) {
+        std::snprintf(comp_ms, sizeof(comp_ms), "%s%.3f", row.extrapolated ? "~" : "", row.composed_s * 1e3);
+        std::snprintf(comp_ratio, sizeof(comp_ratio), "%s%.1f", row.extrapolated ? "~" : "",
+                      row.composed_s / row.stats_s);
+      }
+      std::printf("%-9s %-8s %10.3f %9.2f %10.3f %9.2f %8.2f %12s %9s %s\n", size_name(bytes).c_str(), row.dtype,
+                  row.stats_s * 1e3, gb / row.stats_s, row.sum_s * 1e3, gb / row.sum_s, row.sum_s / row.stats_s,
+                  comp_ms, comp_ratio, row.agree ? "" : "(counts differ from composed!)");
       std::fflush(stdout);
     }
   }

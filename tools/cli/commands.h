@@ -18,5 +18,6 @@ int cmd_map(const Argv& args);
 int cmd_html(const Argv& args);
 int cmd_autocast_ops(const Argv& args);
 int cmd_merge(const Argv& args);
+int cmd_run(const Argv& args);
 
 }  // namespace ampscope::cli

@@ -38,7 +38,8 @@ commands:
   map            write the precision map from a report's recommendations
   autocast-ops   the ops that have an autocast kernel for a device in the linked torch
   merge          merge the per-rank reports of a distributed run
-  diff, run, verify   planned (see README); not in this build
+  run            run a LibTorch program or a Python script under the profiler
+  diff, verify   planned (see README); not in this build
 
 exit codes: 0 success, 2 bad usage or unreadable input, 3 non-finite (--fail-on-nonfinite)
 )";
@@ -48,10 +49,11 @@ int dispatch(const std::string& command, const Argv& rest) {
       {"demo", cmd_demo},       {"summary", cmd_summary},
       {"map", cmd_map},         {"html", cmd_html},
       {"autocast-ops", cmd_autocast_ops}, {"merge", cmd_merge},
+      {"run", cmd_run},
   };
   auto it = commands.find(command);
   if (it != commands.end()) return it->second(rest);
-  if (command == "diff" || command == "run" || command == "verify") {
+  if (command == "diff" || command == "verify") {
     throw UsageError("'" + command + "' is not available in this build yet (see README)");
   }
   throw UsageError("unknown command '" + command + "' (see ampscope --help)");

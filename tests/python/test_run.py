@@ -1,0 +1,38 @@
+"""ampscope run: a LibTorch program through LD_PRELOAD, a Python script through -m ampscope."""
+import json
+import textwrap
+
+import pytest
+
+
+def test_run_profiles_an_unmodified_libtorch_program(cli, tmp_path):
+    from conftest import BUILD
+    out = tmp_path / "out"
+    res = cli("run", "--out", out, "--", BUILD / "bin" / "ampscope-example-plain")
+    assert res.returncode == 0, res.stderr
+    assert "max inf" in res.stdout
+    report = json.loads((out / "report.json").read_text())
+    first = report["first_nonfinite"]
+    assert first["op"] == "aten::mm" and first["layer"] == "<outside>"
+    assert first["inputs_finite"] is True and first["fp32_also_nonfinite"] is False
+
+
+def test_run_python_script_and_exit_code(cli, tmp_path):
+    import sys
+    script = tmp_path / "s.py"
+    script.write_text(textwrap.dedent("""
+        import sys, torch
+        torch.nn.Linear(2, 2)(torch.randn(1, 2))
+        sys.exit(4)
+    """))
+    out = tmp_path / "out"
+    res = cli("run", "--out", out, "--", sys.executable, script)
+    assert res.returncode == 4, res.stderr
+    report = json.loads((out / "report.json").read_text())
+    assert any(l["name"] == "" and l["type"] == "Linear" for l in report["layers"])
+
+
+@pytest.mark.parametrize("args", [["run"], ["run", "--"], ["run", "--", "/no/such/program"]])
+def test_run_bad_usage(cli, args):
+    res = cli(*args)
+    assert res.returncode == 2 and res.stderr.startswith("ampscope: error: ")

@@ -1,0 +1,101 @@
+// ampscope run: runs a command under the profiler. `python script.py ...` runs as
+// `python -m ampscope script.py ...`; any other program (a LibTorch binary) runs with
+// libampscope_preload.so in LD_PRELOAD.
+#include <ampscope/reports/files.h>
+#include <fmt/core.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include "args.h"
+#include "commands.h"
+
+extern char** environ;
+
+namespace ampscope::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: ampscope run [--out DIR] [--every N] -- CMD ARGS...
+
+Runs a command under the profiler and writes DIR/report.json, report.html and
+precision_map.json (default DIR: ampscope-out). Exits with the command's exit code.
+  python script.py ARGS   runs as `python -m ampscope --out DIR script.py ARGS` (the Python
+                          package next to this binary is put on PYTHONPATH)
+  any other program       a LibTorch program, run with libampscope_preload.so in LD_PRELOAD:
+                          profiling starts when it loads and the report is written when it
+                          exits normally. Its ops land in "<outside>" unless its modules use
+                          ampscope::LayerScope (see the README).
+
+  --out DIR    output folder
+  --every N    record every N-th step only
+)";
+
+std::string install_dir() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return ".";
+  buf[n] = '\0';
+  return reports::parent_dir(reports::parent_dir(buf));  // <prefix>/bin/ampscope -> <prefix>
+}
+
+std::string prepend_env(const char* name, const std::string& value) {
+  const char* old = std::getenv(name);
+  return old && *old ? value + ":" + old : value;
+}
+
+int spawn_and_wait(const std::vector<std::string>& cmd) {
+  std::vector<char*> argv;
+  for (const auto& s : cmd) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = ::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+  if (rc != 0) throw UsageError("cannot run '" + cmd[0] + "': " + std::strerror(rc));
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0) {
+    if (errno != EINTR) throw UsageError(std::string("waiting for the command: ") + std::strerror(errno));
+  }
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+bool is_python(const std::string& program) {
+  return reports::base_name(program).rfind("python", 0) == 0;
+}
+
+}  // namespace
+
+int cmd_run(const Argv& argv) {
+  Args a(argv, {"--out", "--every"}, {}, "run");
+  if (a.help()) return fmt::print("{}", kHelp), 0;
+  if (!a.positional().empty() || a.rest().empty()) {
+    throw UsageError("run needs the command after '--' (see ampscope run --help)");
+  }
+  std::string out = a.value("--out", "ampscope-out");
+  int every = a.int_value("--every", 1, 1, 1000000);
+  const std::vector<std::string>& rest = a.rest();
+  std::string prefix = install_dir();
+  std::vector<std::string> cmd;
+  if (is_python(rest[0])) {
+    std::string pkg = reports::join_path(prefix, "python");
+    ::setenv("PYTHONPATH", prepend_env("PYTHONPATH", pkg).c_str(), 1);
+    cmd = {rest[0], "-m", "ampscope", "--out", out, "--every", std::to_string(every)};
+    cmd.insert(cmd.end(), rest.begin() + 1, rest.end());
+  } else {
+    std::string lib = reports::join_path(reports::join_path(prefix, "lib"), "libampscope_preload.so");
+    if (reports::path_kind(lib) != reports::PathKind::kFile) throw UsageError(lib + ": not found");
+    ::setenv("LD_PRELOAD", prepend_env("LD_PRELOAD", lib).c_str(), 1);
+    ::setenv("AMPSCOPE_OUT", out.c_str(), 1);
+    ::setenv("AMPSCOPE_EVERY", std::to_string(every).c_str(), 1);
+    std::string joined;
+    for (const auto& s : rest) joined += (joined.empty() ? "" : " ") + s;
+    ::setenv("AMPSCOPE_COMMAND", joined.c_str(), 1);
+    cmd = rest;
+  }
+  return spawn_and_wait(cmd);
+}
+
+}  // namespace ampscope::cli
