@@ -360,3 +360,32 @@ TEST(AutocastGuardTest, NestsAndRestoresLikeTorchAutocast) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(ObserverTest, PinnedLayersComputeAndReturnFloat32) {
+  auto model = std::make_shared<TwoLayer>();
+  Session session;
+  session.attach(*model, "net");
+  std::vector<std::string> unknown;
+  auto pinned = ampscope::pin_layers({"net.fc2", "net.nope"}, &unknown);
+  EXPECT_EQ(pinned, std::vector<std::string>{"net.fc2"});
+  EXPECT_EQ(unknown, std::vector<std::string>{"net.nope"});
+  session.start();
+  torch::Tensor out;
+  {
+    AutocastGuard ac(torch::kCPU, torch::kBFloat16);
+    out = model->forward(torch::randn({3, 6}));
+    EXPECT_TRUE(at::autocast::is_autocast_enabled(torch::kCPU));  // restored after the pin
+  }
+  session.stop();
+  Report r = session.report();
+  EXPECT_EQ(out.scalar_type(), torch::kFloat);
+  const auto& fc2 = only_op(layer(r, "net.fc2"), "aten::addmm");
+  EXPECT_EQ(fc2.compute_dtype, "float32");
+  EXPECT_EQ(fc2.input_dtype, "float32");  // cast up by ampscope::forward
+  EXPECT_EQ(fc2.autocast, "none");
+  EXPECT_EQ(only_op(layer(r, "net.fc1"), "aten::addmm").compute_dtype, "bfloat16");
+}
+
+}  // namespace

@@ -1,6 +1,8 @@
+#include <ampscope/hooks/autocast_guard.h>
 #include <ampscope/hooks/layers.h>
 #include <ampscope/profiler/tensor_stats.h>
 
+#include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
 #include <torch/nn/module.h>
 
@@ -29,6 +31,7 @@ struct Registry {
   std::unordered_map<std::string, LayerId> by_name{{"<outside>", kOutsideLayerId}};
   std::vector<std::shared_ptr<ParamSlot>> params;
   std::unordered_map<std::string, std::shared_ptr<ParamSlot>> params_by_name;
+  std::vector<bool> pinned;  ///< by layer id
   std::vector<HookedParam> hooks;
 };
 
@@ -123,6 +126,7 @@ void detach_all_modules() {
   r.by_module.clear();
   r.layers.resize(1);
   r.by_name = {{"<outside>", kOutsideLayerId}};
+  r.pinned.clear();
 }
 
 std::vector<LayerInfo> known_layers() {
@@ -183,19 +187,57 @@ void reset_param_grads() {
   }
 }
 
-LayerScope::LayerScope(const torch::nn::Module& module) {
-  LayerId id = find_layer(module);
-  if (id < 0) return;
+std::vector<std::string> pin_layers(const std::vector<std::string>& names,
+                                    std::vector<std::string>* unknown) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> pinned;
+  for (const auto& name : names) {
+    auto it = r.by_name.find(name);
+    if (it == r.by_name.end() || it->second == kOutsideLayerId) {
+      if (unknown) unknown->push_back(name);
+      continue;
+    }
+    auto id = static_cast<std::size_t>(it->second);
+    if (r.pinned.size() <= id) r.pinned.resize(id + 1, false);
+    r.pinned[id] = true;
+    pinned.push_back(name);
+  }
+  return pinned;
+}
+
+bool layer_pinned(LayerId id) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  return id >= 0 && static_cast<std::size_t>(id) < r.pinned.size() && r.pinned[id];
+}
+
+namespace detail {
+at::Tensor to_fp32_if(const at::Tensor& t, bool pin) {
+  if (!pin || !t.defined() || !t.is_floating_point() || t.scalar_type() == at::kFloat) return t;
+  return t.to(at::kFloat);
+}
+}  // namespace detail
+
+void LayerScope::enter(LayerId id) {
   Observer::push_layer(id);
   pushed_ = true;
+  if (!layer_pinned(id)) return;
+  for (auto device : {c10::DeviceType::CPU, c10::DeviceType::CUDA}) {
+    autocast_off_.push_back(std::make_unique<AutocastGuard>(
+        device, at::autocast::get_autocast_dtype(device), /*enabled=*/false));
+  }
 }
 
-LayerScope::LayerScope(std::string_view name) {
-  Observer::push_layer(layer_for_name(name));
-  pushed_ = true;
+LayerScope::LayerScope(const torch::nn::Module& module) {
+  LayerId id = find_layer(module);
+  if (id >= 0) enter(id);
 }
+
+LayerScope::LayerScope(std::string_view name) { enter(layer_for_name(name)); }
 
 LayerScope::~LayerScope() {
+  while (!autocast_off_.empty()) autocast_off_.pop_back();  // innermost first
   if (pushed_) Observer::pop_layer();
 }
 

@@ -9,6 +9,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <ctime>
 #include <map>
 
@@ -40,6 +41,19 @@ Session::~Session() {
 
 void Session::attach(torch::nn::Module& root, const std::string& prefix) {
   attach_modules(root, prefix);
+}
+
+std::vector<std::string> Session::apply_precision_map(const std::string& path) {
+  reports::PrecisionMap map = reports::read_precision_map(path);
+  std::vector<std::string> unknown;
+  auto pinned = pin_layers(map.pin_fp32, &unknown);
+  if (!unknown.empty()) {
+    std::string list;
+    for (const auto& n : unknown) list += (list.empty() ? "" : ", ") + n;
+    std::fprintf(stderr, "ampscope: warning: %s: layers not in the attached modules: %s\n",
+                 path.c_str(), list.c_str());
+  }
+  return pinned;
 }
 
 void Session::start() {

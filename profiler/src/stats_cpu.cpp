@@ -42,6 +42,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -973,8 +974,8 @@ Stats compute_stats(const TensorView& view, int max_threads) {
   Stats result;
   const i64 n = view.numel();
   if (n <= 0 || view.data == nullptr) return result;
-  constexpr i64 kMinParallel = i64{1} << 19;  // below this, starting threads costs more than it saves
-  constexpr i64 kMinPerThread = i64{1} << 18;
+  constexpr i64 kMinParallel = i64{1} << 20;  // below this, starting threads costs more than it saves
+  constexpr i64 kMinPerThread = i64{1} << 19;
   if (n < kMinParallel || max_threads == 1) {
     accumulate_stats(view, 0, n, result);
     return result;
@@ -997,16 +998,18 @@ Stats compute_stats(const TensorView& view, int max_threads) {
     const i64 e = std::min(n, blocks * (t + 1) / threads * kBlock);
     return std::make_pair(b, e);
   };
-  for (int t = 1; t < threads; ++t) {
-    pool.emplace_back([&, t] {
-      auto [b, e] = range(t);
-      accumulate_stats(view, b, e, parts[static_cast<std::size_t>(t)]);
-    });
+  auto work = [&](int t) {
+    auto [b, e] = range(t);
+    accumulate_stats(view, b, e, parts[static_cast<std::size_t>(t)]);
+  };
+  int started = 1;
+  try {
+    for (; started < threads; ++started) pool.emplace_back(work, started);
+  } catch (const std::system_error&) {
+    // No more threads to be had: this thread takes the chunks that did not get one.
+    for (int t = started; t < threads; ++t) work(t);
   }
-  {
-    auto [b, e] = range(0);
-    accumulate_stats(view, b, e, parts[0]);
-  }
+  work(0);
   for (auto& th : pool) th.join();
   for (auto& p : parts) result.merge(p);
   return result;

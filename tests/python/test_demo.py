@@ -79,3 +79,14 @@ def test_bf16_demo_is_clean_but_shows_float16_headroom(cli, tmp_path):
     absmax = max(o["stats"]["absmax"] for o in wo["ops"] if o["phase"] == "forward")
     assert absmax > 65504 and math.isfinite(absmax)
     assert WO in res.stdout and "float16" in res.stdout
+
+
+def test_applying_the_map_removes_the_nonfinite_values(cli, fp16_run, tmp_path):
+    _, out = fp16_run
+    res = cli("demo", "--device", "cpu", "--dtype", "float16", "--steps", "12", "--quiet",
+              "--out", tmp_path, "--map", out / "precision_map.json", "--fail-on-nonfinite")
+    assert res.returncode == 0, res.stdout + res.stderr
+    report = load(tmp_path, "report.json")
+    assert report["first_nonfinite"] is None and report["recommendations"] == []
+    wo = next(l for l in report["layers"] if l["name"] == WO)
+    assert {o["compute_dtype"] for o in wo["ops"] if o["phase"] == "forward"} == {"float32"}

@@ -1,4 +1,5 @@
 // ampscope demo: trains the bundled example under autocast while profiling it.
+#include <ampscope/reports/precision_map.h>
 #include <ampscope/reports/report_json.h>
 #include <ampscope/reports/summary.h>
 #include <fmt/core.h>
@@ -15,7 +16,7 @@ namespace ampscope::cli {
 namespace {
 
 constexpr const char* kHelp = R"(usage: ampscope demo [--device cpu|cuda] [--dtype float16|bfloat16] [--steps N]
-                     [--every N] [--out DIR] [--fail-on-nonfinite] [--quiet]
+                     [--every N] [--out DIR] [--map FILE] [--fail-on-nonfinite] [--quiet]
 
 Trains the bundled example (a small transformer language model on synthetic data) under
 autocast while ampscope profiles it, then writes DIR/report.json, DIR/report.html and
@@ -30,6 +31,8 @@ what the precision map pins; in a bfloat16 run the summary shows it as float16 h
   --steps N               training steps (default 24)
   --every N               record every N-th step only (default 1)
   --out DIR               output folder (default ampscope-out)
+  --map FILE              apply a precision map first (e.g. the previous run's
+                          precision_map.json: the pinned wo then stays finite)
   --fail-on-nonfinite     exit with code 3 when a non-finite value was seen
   --quiet                 no per-step progress lines
 Ctrl-C stops training early; the report of the steps seen is still written.
@@ -38,7 +41,7 @@ Ctrl-C stops training early; the report of the steps seen is still written.
 }  // namespace
 
 int cmd_demo(const Argv& argv) {
-  Args a(argv, {"--device", "--dtype", "--steps", "--every", "--out"},
+  Args a(argv, {"--device", "--dtype", "--steps", "--every", "--out", "--map"},
          {"--fail-on-nonfinite", "--quiet"}, "demo");
   if (a.help()) return fmt::print("{}", kHelp), 0;
   if (!a.positional().empty()) throw UsageError("demo takes no positional arguments");
@@ -58,6 +61,8 @@ int cmd_demo(const Argv& argv) {
   o.every = a.int_value("--every", 1, 1, 1000000);
   o.out_dir = a.value("--out", "ampscope-out");
   o.quiet = a.flag("--quiet");
+  o.map_path = a.value("--map");
+  if (!o.map_path.empty()) reports::read_precision_map(o.map_path);  // bad maps fail up front
   fmt::print("ampscope demo: {} steps on {} under {} autocast\n", o.steps, o.device, o.dtype);
   std::fflush(stdout);
   demo::DemoResult result = demo::run_demo(o);

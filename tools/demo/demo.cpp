@@ -187,10 +187,12 @@ DemoResult run_demo(const DemoOptions& options) {
   so.every = options.every;
   so.device = options.device;
   so.autocast_dtype = options.dtype;
-  so.command = fmt::format("ampscope demo --device {} --dtype {} --steps {}", options.device,
-                           options.dtype, options.steps);
+  so.command = fmt::format("ampscope demo --device {} --dtype {} --steps {}{}", options.device,
+                           options.dtype, options.steps,
+                           options.map_path.empty() ? "" : " --map " + options.map_path);
   Session session(so);
   session.attach(*model);
+  if (!options.map_path.empty()) session.apply_precision_map(options.map_path);
   SignalScope signals;
   DemoResult result;
   session.start();

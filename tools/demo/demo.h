@@ -16,6 +16,7 @@ struct DemoOptions {
   std::string out_dir = "ampscope-out";
   std::uint64_t seed = 0;
   bool quiet = false;            ///< no per-step progress lines
+  std::string map_path;          ///< precision map to apply before training ("" = none)
 };
 
 struct DemoResult {

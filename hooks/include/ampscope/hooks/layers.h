@@ -4,8 +4,10 @@
 
 #include <ampscope/profiler/observer.h>
 
+#include <memory>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -54,6 +56,18 @@ void record_param_grad(const std::string& name, const std::string& layer,
 /// Zeroes every gradient record (parameters stay attached).
 void reset_param_grads();
 
+/// Pins the named layers to float32 (precision-map semantics): inside a pinned layer's
+/// LayerScope autocast is off (CPU and CUDA), and ampscope::forward() casts the call's floating
+/// tensor arguments to float32, so the layer computes and returns float32. Names are those of
+/// attached modules; the names not attached are returned in *unknown (a warning, not an error).
+/// Returns the names pinned.
+std::vector<std::string> pin_layers(const std::vector<std::string>& names,
+                                    std::vector<std::string>* unknown = nullptr);
+/// True when the layer is pinned to float32.
+bool layer_pinned(LayerId id);
+
+class AutocastGuard;
+
 /// Attributes ops run on this thread during its lifetime to a layer. For a module that was not
 /// attached (e.g. one built on the fly inside a forward) it does nothing, so its ops count as
 /// part of the innermost attached module.
@@ -65,18 +79,36 @@ class LayerScope {
   ~LayerScope();
   LayerScope(const LayerScope&) = delete;
   LayerScope& operator=(const LayerScope&) = delete;
+  /// True when this scope's layer is pinned to float32 (autocast is off inside it).
+  bool pinned() const { return !autocast_off_.empty(); }
 
  private:
+  void enter(LayerId id);
   bool pushed_ = false;
+  std::vector<std::unique_ptr<AutocastGuard>> autocast_off_;
 };
 
+namespace detail {
+/// `t` cast to float32 when `pin` and it is a floating tensor other than float32.
+at::Tensor to_fp32_if(const at::Tensor& t, bool pin);
+template <typename T>
+decltype(auto) maybe_fp32(T&& v, bool pin) {
+  if constexpr (std::is_same_v<std::decay_t<T>, at::Tensor>) {
+    return to_fp32_if(v, pin);
+  } else {
+    return std::forward<T>(v);
+  }
+}
+}  // namespace detail
+
 /// Calls `module->forward(args...)` inside the module's LayerScope: the way to attribute
-/// built-in modules (Linear, LayerNorm, ...), whose forward cannot be edited. `module` is a
+/// built-in modules (Linear, LayerNorm, ...), whose forward cannot be edited. For a pinned
+/// layer the floating tensor arguments are cast to float32. `module` is a
 /// ModuleHolder (torch::nn::Linear) or a shared_ptr to a module.
 template <typename Holder, typename... Args>
 decltype(auto) forward(Holder& module, Args&&... args) {
   LayerScope scope(*module);
-  return module->forward(std::forward<Args>(args)...);
+  return module->forward(detail::maybe_fp32(std::forward<Args>(args), scope.pinned())...);
 }
 
 /// Marks the ops on this thread as optimizer work while alive.

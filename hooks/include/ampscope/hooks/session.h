@@ -42,6 +42,10 @@ class Session {
 
   /// Registers a module tree for layer names (see LayerScope). Call before or after start().
   void attach(torch::nn::Module& root, const std::string& prefix = "");
+  /// Reads a precision map and pins its layers (see pin_layers); names not attached are
+  /// printed as one warning line on stderr. Throws reports::ReportError for a bad file.
+  /// Returns the names pinned.
+  std::vector<std::string> apply_precision_map(const std::string& path);
   /// Installs the observer. Throws std::logic_error when another session is observing.
   void start();
   /// Removes the observer and writes the reports when out_dir is set.
