@@ -29,10 +29,13 @@ if [ "$have_torch" != "$TORCH_VERSION" ]; then
   log "pip: installing torch==$TORCH_VERSION (found: ${have_torch:-none}); this is a large download"
   "$PYTHON" -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
 fi
-for mod in numpy pytest; do
+# Test-only packages: real models nobody here wrote (no weights are downloaded).
+# module:requirement pairs; torchvision is pinned to the release built for torch 2.11.0.
+for pair in numpy:numpy pytest:pytest torchvision:torchvision==0.26.0 transformers:transformers==5.24.0; do
+  mod=${pair%%:*}; req=${pair#*:}
   "$PYTHON" -c "import $mod" 2>/dev/null || {
-    log "pip: installing $mod"
-    "$PYTHON" -m pip install --quiet --disable-pip-version-check "$mod"
+    log "pip: installing $req"
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check "$req"
   }
 done
 log "ok: torch $("$PYTHON" -c 'import torch; print(torch.__version__)')"

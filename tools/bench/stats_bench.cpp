@@ -31,14 +31,15 @@ struct Options {
 void usage(const char* argv0) {
   std::printf(
       "usage: %s [--sizes 4K,1M,64M,256M] [--dtypes float32,float16,bfloat16] [--reps N]\n"
-      "          [--threads N] [--composed-max SIZE] [--json FILE]\n"
+      "          [--threads N] [--composed-max SIZE] [--no-simd] [--json FILE]\n"
       "  Times ampscope::tensor_stats, at::sum and the same stats composed from ATen ops on randn\n"
       "  tensors of each size (bytes) and dtype; prints the median of N interleaved repetitions.\n"
       "  --threads N        threads for both torch and the stats kernel (default: torch's default\n"
       "                     for at::sum, hardware_concurrency for tensor_stats)\n"
       "  --composed-max S   largest size at which the composed ATen version is timed (default 64M;\n"
       "                     it takes seconds per run); above it its time is extrapolated linearly\n"
-      "                     from the largest timed size and marked '~'\n",
+      "                     from the largest timed size and marked '~'\n"
+      "  --no-simd          time the stats kernel's portable build instead of its AVX2 one\n",
       argv0);
 }
 
@@ -178,6 +179,8 @@ int main(int argc, char** argv) {
         opt.threads = std::max(0, std::atoi(value().c_str()));
       } else if (a == "--composed-max") {
         opt.composed_max = parse_size(value());
+      } else if (a == "--no-simd") {
+        ampscope::set_stats_simd(false);
       } else if (a == "--json") {
         opt.json = value();
       } else {
