@@ -96,3 +96,38 @@ def test_bad_arguments_are_one_line_and_exit_2(run_py, tmp_path):
         lines = res.stderr.strip().splitlines()
         assert lines and lines[-1].startswith("ampscope: error: "), (args, res.stderr)
         assert "Traceback" not in res.stderr
+
+
+import signal
+import subprocess
+import sys
+import time
+
+
+def test_sigterm_and_sigint_still_leave_a_report(tmp_path):
+    from conftest import PYPKG
+    import os
+    script = tmp_path / "forever.py"
+    script.write_text(textwrap.dedent("""
+        import torch, sys
+        m = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        step = 0
+        while True:
+            m(torch.randn(2, 4)).sum().backward()
+            opt.step(); opt.zero_grad(); step += 1
+            if step == 3:
+                print("ready", flush=True)
+    """))
+    env = dict(os.environ, PYTHONPATH=str(PYPKG))
+    # SIGINT ends like `python script.py` does: KeyboardInterrupt, then death by SIGINT.
+    for sig, code in ((signal.SIGTERM, 128 + 15), (signal.SIGINT, -signal.SIGINT)):
+        out = tmp_path / f"out{int(sig)}"
+        p = subprocess.Popen([sys.executable, "-m", "ampscope", "--out", str(out), str(script)],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        assert p.stdout.readline().strip() == "ready"
+        p.send_signal(sig)
+        _, err = p.communicate(timeout=120)
+        assert p.returncode == code, err
+        report = json.loads((out / "report.json").read_text())
+        assert report["run"]["steps"] >= 3
