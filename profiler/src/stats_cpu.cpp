@@ -987,29 +987,25 @@ Stats compute_stats(const TensorView& view, int max_threads) {
     accumulate_stats(view, 0, n, result);
     return result;
   }
-  threads = static_cast<int>(std::min<i64>(threads, n / kMinPerThread));
-  // Chunk boundaries on block multiples, so every chunk runs whole blocks but the last.
-  const i64 blocks = (n + kBlock - 1) / kBlock;
-  std::vector<Stats> parts(static_cast<std::size_t>(threads));
+  // Fixed chunks handed out dynamically (a thread slowed by other work takes fewer), each chunk's
+  // stats kept apart and merged in chunk order, so the result does not depend on the schedule.
+  constexpr i64 kChunk = i64{256} * kBlock;
+  const i64 nchunks = (n + kChunk - 1) / kChunk;
+  threads = static_cast<int>(std::min<i64>({static_cast<i64>(threads), n / kMinPerThread, nchunks}));
+  std::vector<Stats> parts(static_cast<std::size_t>(nchunks));
+  std::atomic<i64> next{0};
+  auto work = [&] {
+    for (i64 c; (c = next.fetch_add(1, std::memory_order_relaxed)) < nchunks;)
+      accumulate_stats(view, c * kChunk, std::min(n, (c + 1) * kChunk), parts[static_cast<std::size_t>(c)]);
+  };
   std::vector<std::thread> pool;
   pool.reserve(static_cast<std::size_t>(threads - 1));
-  auto range = [&](int t) {
-    const i64 b = std::min(n, blocks * t / threads * kBlock);
-    const i64 e = std::min(n, blocks * (t + 1) / threads * kBlock);
-    return std::make_pair(b, e);
-  };
-  auto work = [&](int t) {
-    auto [b, e] = range(t);
-    accumulate_stats(view, b, e, parts[static_cast<std::size_t>(t)]);
-  };
-  int started = 1;
   try {
-    for (; started < threads; ++started) pool.emplace_back(work, started);
+    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
   } catch (const std::system_error&) {
-    // No more threads to be had: this thread takes the chunks that did not get one.
-    for (int t = started; t < threads; ++t) work(t);
+    // Fewer threads than asked for: the ones running share the chunks.
   }
-  work(0);
+  work();
   for (auto& th : pool) th.join();
   for (auto& p : parts) result.merge(p);
   return result;
