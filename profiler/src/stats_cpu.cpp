@@ -458,9 +458,6 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
   __m256d s0 = _mm256_setzero_pd(), s1 = s0, q0 = s0, q1 = s0, q2 = s0, q3 = s0;
   const float* xf = reinterpret_cast<const float*>(x);
   for (int i = 0; i < n; i += 16) {
-    // The block is compute-bound, with long stretches that touch no memory: ask for the block
-    // after next (into L2) while this one runs. Prefetches never fault, past the end included.
-    _mm_prefetch(reinterpret_cast<const char*>(x + i + 2 * kBlock), _MM_HINT_T1);
     const __m256i a0 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absm);
     const __m256i a1 = _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8)), absm);
     mx = _mm256_max_epu32(mx, _mm256_max_epu32(a0, a1));
@@ -638,24 +635,18 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
 AMP_AVX2_TARGET __attribute__((noinline)) void bf16_to_f32_avx2(const u16* __restrict src, u32* __restrict dst) {
   // Element order inside a block does not matter to any statistic: unpack in lane order.
   const __m256i z = _mm256_setzero_si256();
-  for (int i = 0; i < kBlock; i += 32) {
-    _mm_prefetch(reinterpret_cast<const char*>(src + i + 2 * kBlock), _MM_HINT_T1);
-    for (int h = 0; h < 32; h += 16) {
-      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i + h));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(dst + i + h), _mm256_unpacklo_epi16(z, v));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(dst + i + h + 8), _mm256_unpackhi_epi16(z, v));
-    }
+  for (int i = 0; i < kBlock; i += 16) {
+    const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + i), _mm256_unpacklo_epi16(z, v));
+    _mm256_store_si256(reinterpret_cast<__m256i*>(dst + i + 8), _mm256_unpackhi_epi16(z, v));
   }
 }
 
 AMP_AVX2_TARGET __attribute__((noinline)) void f16_to_f32_avx2(const u16* __restrict src, u32* __restrict dst) {
   // F16C is exact for every float16, subnormals included (NaNs stay NaNs).
-  for (int i = 0; i < kBlock; i += 32) {
-    _mm_prefetch(reinterpret_cast<const char*>(src + i + 2 * kBlock), _MM_HINT_T1);
-    for (int h = 0; h < 32; h += 8) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i + h));
-      _mm256_store_ps(reinterpret_cast<float*>(dst + i + h), _mm256_cvtph_ps(v));
-    }
+  for (int i = 0; i < kBlock; i += 8) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i));
+    _mm256_store_ps(reinterpret_cast<float*>(dst + i), _mm256_cvtph_ps(v));
   }
 }
 #endif
@@ -782,11 +773,6 @@ class Gather {
 
 // ---------------------------------------------------------------- drivers
 
-/// Asks for the cache lines of the next block while this one is computed (never faults).
-AMP_INLINE void prefetch_block(const void* p, std::size_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (std::size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off);
-}
 
 template <int NBins>
 void finish(const Acc<NBins>& A, bool f64, Stats& out) {
@@ -847,8 +833,6 @@ AMP_INLINE void run16(const TensorView& v, i64 begin, i64 end, Stats& out) {
     if (!contig) {
       g.next(n, raw);
       src = raw;
-    } else if (!kAvx2) {
-      prefetch_block(src + kBlock, sizeof(u16) * kBlock);
     }
 #ifdef AMP_HAVE_AVX2_PATH
     if constexpr (kAvx2) {
@@ -884,8 +868,6 @@ AMP_INLINE void run32(const TensorView& v, i64 begin, i64 end, Stats& out) {
     if (!contig) {
       g.next(n, buf);
       src = buf;
-    } else if (!kAvx2) {
-      prefetch_block(src + kBlock, sizeof(u32) * kBlock);
     }
     block32_any<kAvx2>(src, n, *A);
   }
@@ -904,8 +886,6 @@ AMP_INLINE void run64(const TensorView& v, i64 begin, i64 end, Stats& out) {
     if (!contig) {
       g.next(n, buf);
       src = buf;
-    } else {
-      prefetch_block(src + kBlock, sizeof(u64) * kBlock);
     }
     block64(src, n, *A);
   }
