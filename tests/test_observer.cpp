@@ -389,3 +389,25 @@ TEST_F(ObserverTest, PinnedLayersComputeAndReturnFloat32) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST_F(ObserverTest, PerStepSeriesStaysBoundedAndKeepsTheMaximum) {
+  Session session;
+  session.start();
+  auto a = torch::ones({2});
+  for (int step = 0; step < 700; ++step) {
+    LayerScope s("grow");
+    torch::mul(a, step == 333 ? 1e6 : 1.0);
+    session.step();
+  }
+  session.stop();
+  const auto& mul = only_op(layer(session.report(), "grow"), "aten::mul");
+  EXPECT_EQ(mul.calls, 700);
+  EXPECT_LE(mul.absmax_by_step.size(), ampscope::kMaxSeriesPoints);
+  double peak = 0;
+  for (const auto& point : mul.absmax_by_step) peak = std::max(peak, point.second);
+  EXPECT_DOUBLE_EQ(peak, 1e6);  // down-sampling keeps maxima
+}
+
+}  // namespace

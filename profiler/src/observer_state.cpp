@@ -134,16 +134,7 @@ void append_series(std::vector<std::pair<std::int64_t, double>>& series, std::in
     }
   }
   series.emplace_back(step, absmax);
-  if (series.size() <= kMaxSeriesPoints) return;
-  // Keep every other point, folding each dropped point's maximum into its kept neighbour.
-  std::vector<std::pair<std::int64_t, double>> halved;
-  halved.reserve(series.size() / 2 + 1);
-  for (std::size_t i = 0; i < series.size(); i += 2) {
-    auto p = series[i];
-    if (i + 1 < series.size()) p.second = std::max(p.second, series[i + 1].second);
-    halved.push_back(p);
-  }
-  series.swap(halved);
+  if (series.size() > kMaxSeriesPoints) halve_series(series);
 }
 
 std::shared_ptr<ThreadTable> GlobalState::new_table() {

@@ -144,4 +144,15 @@ bool TensorView::is_contiguous() const {
   return true;
 }
 
+void halve_series(std::vector<std::pair<std::int64_t, double>>& series) {
+  std::vector<std::pair<std::int64_t, double>> halved;
+  halved.reserve(series.size() / 2 + 1);
+  for (std::size_t i = 0; i < series.size(); i += 2) {
+    auto p = series[i];
+    if (i + 1 < series.size()) p.second = std::max(p.second, series[i + 1].second);
+    halved.push_back(p);
+  }
+  series.swap(halved);
+}
+
 }  // namespace ampscope

@@ -31,15 +31,7 @@ void merge_op(OpRecord& into, const OpRecord& op) {
   std::map<std::int64_t, double> series(into.absmax_by_step.begin(), into.absmax_by_step.end());
   for (const auto& [step, v] : op.absmax_by_step) series[step] = std::max(series[step], v);
   into.absmax_by_step.assign(series.begin(), series.end());
-  while (into.absmax_by_step.size() > kMaxSeries) {
-    std::vector<std::pair<std::int64_t, double>> halved;
-    for (std::size_t i = 0; i < into.absmax_by_step.size(); i += 2) {
-      auto p = into.absmax_by_step[i];
-      if (i + 1 < into.absmax_by_step.size()) p.second = std::max(p.second, into.absmax_by_step[i + 1].second);
-      halved.push_back(p);
-    }
-    into.absmax_by_step.swap(halved);
-  }
+  while (into.absmax_by_step.size() > kMaxSeries) halve_series(into.absmax_by_step);
 }
 
 void merge_layer(Layer& into, const Layer& layer) {

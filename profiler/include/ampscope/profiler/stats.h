@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <limits>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ampscope {
@@ -79,6 +80,10 @@ struct Stats {
   std::int64_t underflow_in(Format f) const { return underflow[static_cast<int>(f)]; }
   std::int64_t subnormal_in(Format f) const { return subnormal[static_cast<int>(f)]; }
 };
+
+/// Halves a per-step series of maxima: keeps every other point, folding each dropped point's
+/// value into its kept neighbour (max). Used to keep time series bounded.
+void halve_series(std::vector<std::pair<std::int64_t, double>>& series);
 
 /// A strided view of a tensor's elements: plain pointer, dtype, sizes and strides in elements.
 struct TensorView {
