@@ -44,7 +44,8 @@ def _rank_world():
 class profile:
     """Profiles everything run inside the block. `model` names layers from that root (any
     module called outside all others becomes a root by itself); `out=None` writes no files;
-    `every=N` records steps 0, N, 2N...; `precision_map` pins layers at start-up."""
+    `every=N` records steps 0, N, 2N...; `precision_map` (a path or dict; default: env
+    AMPSCOPE_PRECISION_MAP) pins layers as their modules are first seen."""
 
     def __init__(self, model=None, out="ampscope-out", every=1, shadow=False,
                  precision_map=None, command=None):
@@ -54,6 +55,8 @@ class profile:
         self.command = command if command is not None else " ".join(sys.argv)
         self.report = None
         self.report_path = None
+        if precision_map is None:
+            precision_map = os.environ.get("AMPSCOPE_PRECISION_MAP") or None
         self._pins = load_map(precision_map)["pin_fp32"] if precision_map is not None else []
         self.pinned = []
         self._tracker = Tracker()

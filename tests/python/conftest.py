@@ -15,9 +15,9 @@ sys.path.insert(0, str(PYPKG))  # the package `make` builds
 @pytest.fixture
 def run_py():
     """Runs `python -m ampscope ...` (or any python args) with the built package importable."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(PYPKG), os.environ.get("PYTHONPATH", "")]))
-
     def run(*args, cwd=None, timeout=300):
+        env = dict(os.environ,
+                   PYTHONPATH=os.pathsep.join([str(PYPKG), os.environ.get("PYTHONPATH", "")]))
         return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
                               env=env, cwd=cwd, timeout=timeout)
 

@@ -85,6 +85,19 @@ def test_map_option_pins_at_start_up(run_py, tmp_path):
     assert [o["compute_dtype"] for o in layers["0"]["ops"] if o["op"] == "aten::linear"] == ["bfloat16"]
 
 
+def test_env_precision_map_pins_at_start_up(run_py, tmp_path, monkeypatch):
+    script = tmp_path / "s.py"
+    script.write_text("import torch\nm = torch.nn.Sequential(torch.nn.Linear(4, 4))\n"
+                      "with torch.autocast('cpu', dtype=torch.bfloat16):\n"
+                      "    print('dtype', m(torch.randn(2, 4)).dtype)\n")
+    pmap = tmp_path / "map.json"
+    pmap.write_text(json.dumps({"schema": "ampscope.precision_map/1", "pin_fp32": ["0"], "why": {}}))
+    monkeypatch.setenv("AMPSCOPE_PRECISION_MAP", str(pmap))
+    res = run_py("-m", "ampscope", "--out", tmp_path / "out", script)
+    assert res.returncode == 0, res.stderr
+    assert "dtype torch.float32" in res.stdout
+
+
 def test_bad_arguments_are_one_line_and_exit_2(run_py, tmp_path):
     garbage = tmp_path / "bad.json"
     garbage.write_bytes(b"\x00\xff{{")
