@@ -90,3 +90,20 @@ def test_applying_the_map_removes_the_nonfinite_values(cli, fp16_run, tmp_path):
     assert report["first_nonfinite"] is None and report["recommendations"] == []
     wo = next(l for l in report["layers"] if l["name"] == WO)
     assert {o["compute_dtype"] for o in wo["ops"] if o["phase"] == "forward"} == {"float32"}
+
+
+def test_ctrl_c_stops_the_demo_and_still_writes_the_report(tmp_path):
+    import signal
+    import subprocess
+    from conftest import BUILD
+    p = subprocess.Popen([str(BUILD / "bin" / "ampscope"), "demo", "--device", "cpu",
+                          "--steps", "100000", "--out", str(tmp_path)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines = [p.stdout.readline() for _ in range(3)]  # banner + two steps
+    assert "step" in lines[-1], lines
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    assert "interrupted after" in out
+    report = load(tmp_path, "report.json")
+    assert 2 <= report["run"]["steps"] < 100000
