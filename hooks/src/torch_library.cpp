@@ -75,24 +75,26 @@ void push_phase(std::string phase) { Observer::push_phase(parse_phase(phase)); }
 void pop_phase() { Observer::pop_phase(); }
 void mark_step() { Observer::mark_step(); }
 
+/// The session's report with the Python side's run fields applied, recommendations recomputed
+/// (they depend on run.autocast_dtype). Caller holds g_mu.
+reports::Report current_report(const std::string& run_json) {
+  TORCH_CHECK(g_session, "ampscope: no profiling session was started");
+  reports::Report r = g_session->report();
+  apply_run_overrides(r, run_json);
+  r.recommendations = reports::recommend(r);
+  return r;
+}
+
 /// The report as JSON; `run_json` overrides run fields (rank, world_size, notes, ...).
 std::string report_json(std::string run_json) {
   std::lock_guard<std::mutex> lock(g_mu);
-  TORCH_CHECK(g_session, "ampscope: no profiling session was started");
-  reports::Report r = g_session->report();
-  apply_run_overrides(r, run_json);
-  r.recommendations = reports::recommend(r);
-  return reports::report_to_json(r).dump();
+  return reports::report_to_json(current_report(run_json)).dump();
 }
 
-/// Writes <stem>.json, <stem>.html and precision_map.json (for rank 0 / single process) in dir.
+/// Writes <stem>.json, <stem>.html and the precision map into dir.
 std::string write_reports(std::string dir, std::string stem, std::string run_json) {
   std::lock_guard<std::mutex> lock(g_mu);
-  TORCH_CHECK(g_session, "ampscope: no profiling session was started");
-  reports::Report r = g_session->report();
-  apply_run_overrides(r, run_json);
-  r.recommendations = reports::recommend(r);
-  return write_report_files(r, dir, stem);
+  return write_report_files(current_report(run_json), dir, stem);
 }
 
 std::string tensor_stats_json(const at::Tensor& t) {
