@@ -90,6 +90,11 @@ def test_applying_the_map_removes_the_nonfinite_values(cli, fp16_run, tmp_path):
     assert report["first_nonfinite"] is None and report["recommendations"] == []
     wo = next(l for l in report["layers"] if l["name"] == WO)
     assert {o["compute_dtype"] for o in wo["ops"] if o["phase"] == "forward"} == {"float32"}
+    diff = cli("diff", out / "report.json", tmp_path / "report.json")
+    assert diff.returncode == 0, diff.stderr
+    assert "non-finite: gone" in diff.stdout
+    assert f"no longer needed: {WO}" in diff.stdout
+    assert f"{WO}  aten::matmul: float16 -> float32" in diff.stdout
 
 
 def test_ctrl_c_stops_the_demo_and_still_writes_the_report(tmp_path):

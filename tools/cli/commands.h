@@ -19,5 +19,6 @@ int cmd_html(const Argv& args);
 int cmd_autocast_ops(const Argv& args);
 int cmd_merge(const Argv& args);
 int cmd_run(const Argv& args);
+int cmd_diff(const Argv& args);
 
 }  // namespace ampscope::cli

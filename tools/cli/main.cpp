@@ -39,7 +39,8 @@ commands:
   autocast-ops   the ops that have an autocast kernel for a device in the linked torch
   merge          merge the per-rank reports of a distributed run
   run            run a LibTorch program or a Python script under the profiler
-  diff, verify   planned (see README); not in this build
+  diff           what changed between two runs (e.g. before/after pinning)
+  verify         planned (see README); not in this build
 
 exit codes: 0 success, 2 bad usage or unreadable input, 3 non-finite (--fail-on-nonfinite)
 )";
@@ -49,11 +50,11 @@ int dispatch(const std::string& command, const Argv& rest) {
       {"demo", cmd_demo},       {"summary", cmd_summary},
       {"map", cmd_map},         {"html", cmd_html},
       {"autocast-ops", cmd_autocast_ops}, {"merge", cmd_merge},
-      {"run", cmd_run},
+      {"run", cmd_run},         {"diff", cmd_diff},
   };
   auto it = commands.find(command);
   if (it != commands.end()) return it->second(rest);
-  if (command == "diff" || command == "verify") {
+  if (command == "verify") {
     throw UsageError("'" + command + "' is not available in this build yet (see README)");
   }
   throw UsageError("unknown command '" + command + "' (see ampscope --help)");
