@@ -708,6 +708,7 @@ TEST(Summary, CapsLayersTruncatesNamesAndShowsHeadroom) {
     op.autocast = "lower_precision";
     op.stats.count = 4;
     op.stats.absmax = i == 1 ? 1e5 : 10.0;
+    if (i == 1) op.stats.overflow[static_cast<int>(Format::kFloat16)] = 2;
     l.ops.push_back(op);
     r.layers.push_back(l);
   }
@@ -716,17 +717,17 @@ TEST(Summary, CapsLayersTruncatesNamesAndShowsHeadroom) {
   const std::string s = render_summary(r, opt);
   EXPECT_NE(s.find("... 3 more layers"), std::string::npos) << s;
   EXPECT_NE(s.find("…"), std::string::npos) << s;
-  EXPECT_NE(s.find("would overflow in float16"), std::string::npos) << s;
   EXPECT_NE(s.find("fp32→bf16→bf16"), std::string::npos) << s;
-  // Only the layer above 65504 gets a headroom line.
+  // The what-if table lists only the layer that would overflow in float16, the rest as safe.
+  EXPECT_NE(s.find("overflow 2 (absmax 100000)"), std::string::npos) << s;
   std::size_t lines = 0;
-  for (std::size_t p = s.find("would overflow in float16"); p != std::string::npos;
-       p = s.find("would overflow in float16", p + 1))
+  for (std::size_t p = s.find("overflow 2"); p != std::string::npos; p = s.find("overflow 2", p + 1))
     ++lines;
   EXPECT_EQ(lines, 1u) << s;
-  // A float16 run does not get the headroom section.
+  EXPECT_NE(s.find("4 of 5 layers safe in float16"), std::string::npos) << s;
+  // A float16 run does not get the what-if section.
   r.run.autocast_dtype = "float16";
-  EXPECT_EQ(render_summary(r, opt).find("would overflow in float16"), std::string::npos);
+  EXPECT_EQ(render_summary(r, opt).find("What if"), std::string::npos);
 }
 
 TEST(Summary, AlignedColumns) {

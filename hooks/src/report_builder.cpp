@@ -22,6 +22,7 @@ reports::OpRecord to_record(const OpKey& key, const OpAggregate& agg,
   r.first_nonfinite_step = agg.first_nonfinite_step;
   r.stats = agg.stats;
   r.absmax_by_step = agg.absmax_by_step;
+  r.shadow = agg.shadow;
   return r;
 }
 
@@ -58,6 +59,8 @@ reports::Report build_report(const ObserverSnapshot& snap, const std::vector<Lay
   run.duration_s = ctx.duration_s;
   run.command = ctx.command;
   run.every = ctx.every;
+  run.shadow = ctx.shadow;
+  run.stopped = ctx.stopped;
   if (ctx.device != "cpu") run.notes.push_back("stats are taken on CPU tensors only in this version");
 
   std::vector<reports::Layer> by_id(layers.size());
@@ -100,6 +103,7 @@ reports::Report build_report(const ObserverSnapshot& snap, const std::vector<Lay
     e.kind = f.nan ? "nan" : "inf";
     e.inputs_finite = f.inputs_finite;
     e.fp32_also_nonfinite = f.fp32_also_nonfinite;
+    e.fp32_check = f.fp32_check;
     e.compute_dtype = dtype_name(f.compute_dtype);
     e.output_stats = f.output_stats;
     report.first_nonfinite = e;

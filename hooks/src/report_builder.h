@@ -16,6 +16,8 @@ struct RunContext {
   std::string started;
   double duration_s = 0.0;
   int every = 1;
+  bool shadow = false;
+  std::string stopped;
 };
 
 /// Groups entries by layer (attached layers in tree order, "<outside>" last, layers with nothing

@@ -59,6 +59,7 @@ std::vector<std::string> Session::apply_precision_map(const std::string& path) {
 void Session::start() {
   ObserverOptions o;
   o.every = options_.every;
+  o.shadow = options_.shadow;
   Observer::start(o);
   reset_param_grads();
   running_ = true;
@@ -87,6 +88,10 @@ void Session::optimizer_step(torch::optim::Optimizer& optimizer) {
   Observer::mark_step();
 }
 
+bool Session::stop_requested() const {
+  return options_.stop_on_nonfinite && Observer::nonfinite_seen();
+}
+
 reports::Report Session::report() const {
   RunContext ctx;
   ctx.torch_version = TORCH_VERSION;
@@ -94,6 +99,8 @@ reports::Report Session::report() const {
   ctx.autocast_dtype = options_.autocast_dtype;
   ctx.command = options_.command;
   ctx.every = options_.every;
+  ctx.shadow = options_.shadow;
+  ctx.stopped = stopped_.empty() && stop_requested() ? "nonfinite" : stopped_;
   ctx.started = started_;
   ctx.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   reports::Report report = build_report(Observer::snapshot(), known_layers(), param_grads(), ctx);

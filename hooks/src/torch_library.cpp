@@ -33,6 +33,7 @@ void apply_run_overrides(reports::Report& r, const std::string& run_json) {
   if (j.contains("device") && j["device"].is_string()) run.device = j["device"];
   if (j.contains("autocast_dtype") && j["autocast_dtype"].is_string())
     run.autocast_dtype = j["autocast_dtype"];
+  if (j.contains("stopped") && j["stopped"].is_string()) run.stopped = j["stopped"];
   if (j.contains("torch_version") && j["torch_version"].is_string())
     run.torch_version = j["torch_version"];
   if (j.contains("notes") && j["notes"].is_array()) {
@@ -49,10 +50,12 @@ Phase parse_phase(const std::string& p) {
   return Phase::kForward;
 }
 
-void start(int64_t every, std::string device, std::string autocast_dtype, std::string command) {
+void start(int64_t every, bool shadow, std::string device, std::string autocast_dtype,
+           std::string command) {
   std::lock_guard<std::mutex> lock(g_mu);
   SessionOptions o;
   o.every = static_cast<int>(every);
+  o.shadow = shadow;
   o.device = device;
   o.autocast_dtype = autocast_dtype;
   o.command = command;
@@ -74,6 +77,7 @@ void pop_layer() { Observer::pop_layer(); }
 void push_phase(std::string phase) { Observer::push_phase(parse_phase(phase)); }
 void pop_phase() { Observer::pop_phase(); }
 void mark_step() { Observer::mark_step(); }
+bool nonfinite_seen() { return Observer::nonfinite_seen(); }
 
 /// The session's report with the Python side's run fields applied, recommendations recomputed
 /// (they depend on run.autocast_dtype). Caller holds g_mu.
@@ -111,7 +115,9 @@ void param_grad(std::string name, std::string layer, std::string layer_type, con
 }  // namespace ampscope
 
 TORCH_LIBRARY(ampscope, m) {
-  m.def("start(int every, str device, str autocast_dtype, str command) -> ()", &ampscope::start);
+  m.def("start(int every, bool shadow, str device, str autocast_dtype, str command) -> ()",
+        &ampscope::start);
+  m.def("nonfinite_seen() -> bool", &ampscope::nonfinite_seen);
   m.def("stop() -> ()", &ampscope::stop);
   m.def("push_layer(str name, str type) -> ()", &ampscope::push_layer);
   m.def("pop_layer() -> ()", &ampscope::pop_layer);

@@ -312,11 +312,32 @@ void record_first_nonfinite(const at::RecordFunction& fn, const Call& call,
   rec.inputs_finite = call.inputs_finite;
   rec.compute_dtype = compute;
   rec.output_stats = out;
-  if (call.inputs_finite && !call.info->inplace) rec.fp32_also_nonfinite = recheck_fp32(fn, call.inputs);
+  if (call.inputs_finite && !call.info->inplace) {
+    rec.fp32_check = recheck_fp32(fn, call.inputs, fn.outputs());
+    if (rec.fp32_check) rec.fp32_also_nonfinite = rec.fp32_check->also_nonfinite;
+  }
   std::lock_guard<std::mutex> lock(g.records_mu);
   if (g.first_nonfinite) return;
   g.first_nonfinite = std::move(rec);
   g.have_first_nonfinite.store(true, std::memory_order_release);
+}
+
+bool is_low_precision(std::int8_t dtype) {
+  const auto t = static_cast<c10::ScalarType>(dtype);
+  return dtype >= 0 && (t == at::kHalf || t == at::kBFloat16 || t == at::kFloat8_e4m3fn ||
+                        t == at::kFloat8_e5m2);
+}
+
+/// --shadow: the first finite low-precision call of each entry in a recorded step is re-run in
+/// float32 and its error kept on the entry.
+bool wants_shadow(const Call& call, const OpKey& key, const OpAggregate& agg, ThreadState& t) {
+  if (!global().shadow || call.info->inplace || call.info->uninitialized || call.info->cast ||
+      !is_low_precision(key.compute_dtype) || agg.stats.nonfinite() > 0 || agg.stats.count == 0) {
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(t.table->mu);
+  auto it = t.table->entries.find(key);
+  return it == t.table->entries.end() || it->second.shadow_step != call.step;
 }
 
 void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
@@ -351,6 +372,10 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
       record_first_nonfinite(fn, call, key.compute_dtype, agg.stats);
     }
     if (call.info->update_scale) record_loss_scale(call, call.step);
+    if (wants_shadow(call, key, agg, t)) {
+      agg.shadow_step = call.step;
+      if (auto check = recheck_fp32(fn, call.inputs, outputs)) agg.shadow.add(*check, call.step);
+    }
   }
   if (agg.stats.finite() > 0) agg.absmax_by_step.emplace_back(call.step, agg.stats.absmax);
   std::lock_guard<std::mutex> lock(t.table->mu);
@@ -392,6 +417,7 @@ void Observer::start(const ObserverOptions& options) {
   if (g.running.load()) throw std::logic_error("ampscope: the observer is already running");
   g.reset();
   g.every = options.every < 1 ? 1 : options.every;
+  g.shadow = options.shadow;
   g.generation.fetch_add(1, std::memory_order_acq_rel);
   g.running.store(true);
   detail::g_handle = at::addGlobalCallback(
@@ -428,6 +454,10 @@ void Observer::pop_layer() {
 void Observer::push_phase(Phase p) { detail::tls.phases.push_back(p); }
 void Observer::pop_phase() {
   if (!detail::tls.phases.empty()) detail::tls.phases.pop_back();
+}
+
+bool Observer::nonfinite_seen() {
+  return detail::global().have_first_nonfinite.load(std::memory_order_acquire);
 }
 
 std::string Observer::op_name(std::uint32_t id) { return detail::global().ops.name(id); }

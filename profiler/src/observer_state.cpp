@@ -69,6 +69,8 @@ void OpAggregate::merge(const OpAggregate& o) {
     first_nonfinite_step = o.first_nonfinite_step;
   }
   stats.merge(o.stats);
+  shadow.merge(o.shadow);
+  shadow_step = std::max(shadow_step, o.shadow_step);
   for (const auto& [step, v] : o.absmax_by_step) detail::append_series(absmax_by_step, step, v);
   std::sort(absmax_by_step.begin(), absmax_by_step.end());
 }

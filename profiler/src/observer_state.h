@@ -61,6 +61,7 @@ struct GlobalState {
   std::atomic<std::uint64_t> generation{0};  ///< bumped by every start(): stale thread state resets
   std::atomic<std::int64_t> step{0};
   int every = 1;
+  bool shadow = false;
   InternTable ops;
 
   std::mutex tables_mu;

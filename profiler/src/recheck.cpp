@@ -5,6 +5,8 @@
 #include <ATen/record_function.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <cmath>
+
 namespace ampscope::detail {
 namespace {
 
@@ -24,23 +26,83 @@ c10::IValue upcast(const c10::IValue& v) {
   return v;
 }
 
-bool any_nonfinite(const c10::IValue& v) {
-  auto check = [](const at::Tensor& t) {
-    return t.defined() && t.is_floating_point() && !at::isfinite(t).all().item<bool>();
+template <typename F>
+void for_each_floating(const c10::IValue& v, F&& f) {
+  auto visit = [&](const at::Tensor& t) {
+    if (t.defined() && t.is_floating_point()) f(t);
   };
-  if (v.isTensor()) return check(v.toTensor());
-  if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList().vec()) {
-      if (check(t)) return true;
-    }
+  if (v.isTensor()) {
+    visit(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList().vec()) visit(t);
   }
-  return false;
+}
+
+bool any_nonfinite(const std::vector<c10::IValue>& values) {
+  bool found = false;
+  for (const auto& v : values) {
+    for_each_floating(v, [&](const at::Tensor& t) {
+      if (!found && !at::isfinite(t).all().item<bool>()) found = true;
+    });
+  }
+  return found;
+}
+
+at::Tensor first_floating(const std::vector<c10::IValue>& values) {
+  at::Tensor out;
+  for (const auto& v : values) {
+    for_each_floating(v, [&](const at::Tensor& t) {
+      if (!out.defined()) out = t;
+    });
+  }
+  return out;
+}
+
+/// Mantissa bits and smallest normal exponent of a floating dtype: the ulp of x is
+/// 2^(max(floor(log2|x|), emin) - mantissa).
+void ulp_params(c10::ScalarType t, int* mantissa, int* emin) {
+  switch (t) {
+    case at::kHalf: *mantissa = 10; *emin = -14; return;
+    case at::kBFloat16: *mantissa = 7; *emin = -126; return;
+    case at::kDouble: *mantissa = 52; *emin = -1022; return;
+    case at::kFloat8_e4m3fn: *mantissa = 3; *emin = -6; return;
+    case at::kFloat8_e5m2: *mantissa = 2; *emin = -14; return;
+    default: *mantissa = 23; *emin = -126; return;
+  }
+}
+
+/// Fills the error fields of `c` from the call's output `low` and the float32 re-run `ref`.
+void compare(const at::Tensor& low, const at::Tensor& ref, Fp32Check& c) {
+  if (!low.defined() || !ref.defined() || low.numel() != ref.numel()) return;
+  const at::Tensor a = low.detach().reshape({-1}).to(at::kDouble);
+  const at::Tensor b = ref.detach().reshape({-1}).to(at::kDouble);
+  const at::Tensor fa = at::isfinite(a), fb = at::isfinite(b);
+  c.lowp_only_nonfinite = at::logical_and(fa.logical_not(), fb).sum().item<std::int64_t>();
+  if (fb.any().item<bool>()) c.fp32_absmax = b.masked_select(fb).abs().max().item<double>();
+  const at::Tensor both = at::logical_and(fa, fb);
+  c.compared = both.sum().item<std::int64_t>();
+  if (c.compared == 0) return;
+  const at::Tensor x = a.masked_select(both), y = b.masked_select(both);
+  const at::Tensor d = x - y;
+  const double nd = d.norm().item<double>(), ny = y.norm().item<double>(), nx = x.norm().item<double>();
+  c.rel_err = ny > 0 ? nd / ny : (nd == 0 ? 0.0 : INFINITY);
+  if (nx > 0 && ny > 0) {
+    c.cosine = (x * y).sum().item<double>() / (nx * ny);
+  } else {
+    c.cosine = nx == ny ? 1.0 : 0.0;
+  }
+  int mantissa = 23, emin = -126;
+  ulp_params(low.scalar_type(), &mantissa, &emin);
+  const at::Tensor e = at::floor(at::log2(y.abs())).clamp_min(emin);  // log2(0) = -inf -> emin
+  const at::Tensor ulp = at::exp2(e - mantissa);
+  c.max_ulp = (d.abs() / ulp).max().item<double>();
 }
 
 }  // namespace
 
-std::optional<bool> recheck_fp32(const at::RecordFunction& fn,
-                                 const std::vector<c10::IValue>& inputs) {
+std::optional<Fp32Check> recheck_fp32(const at::RecordFunction& fn,
+                                      const std::vector<c10::IValue>& inputs,
+                                      const std::vector<c10::IValue>& outputs) {
   auto name = fn.operator_name();
   if (!name) return std::nullopt;
   auto handle = c10::Dispatcher::singleton().findOp(*name);
@@ -53,10 +115,10 @@ std::optional<bool> recheck_fp32(const at::RecordFunction& fn,
     stack.reserve(inputs.size());
     for (const auto& v : inputs) stack.push_back(upcast(v));
     handle->callBoxed(&stack);
-    for (const auto& v : stack) {
-      if (any_nonfinite(v)) return true;
-    }
-    return false;
+    Fp32Check c;
+    c.also_nonfinite = any_nonfinite(stack);
+    compare(first_floating(outputs), first_floating(stack), c);
+    return c;
   } catch (const std::exception&) {
     return std::nullopt;
   }

@@ -1,5 +1,8 @@
-// The FP32 re-check: re-executes one op call in float32 with autocast off, outside the observer.
+// The FP32 re-check: re-executes one op call in float32 with autocast off, outside the observer,
+// and compares its result with what the low-precision call returned.
 #pragma once
+
+#include <ampscope/profiler/fp32_check.h>
 
 #include <ATen/core/ivalue.h>
 
@@ -13,9 +16,11 @@ struct RecordFunction;
 namespace ampscope::detail {
 
 /// Re-runs the op of `fn` through the dispatcher on copies of `inputs` with floating tensors
-/// upcast to float32, autocast excluded, grad mode off and observation disabled. True when the
-/// float32 outputs are also non-finite; nullopt when the op cannot be re-run.
-std::optional<bool> recheck_fp32(const at::RecordFunction& fn,
-                                 const std::vector<c10::IValue>& inputs);
+/// upcast to float32, autocast excluded, grad mode off and observation disabled, and compares
+/// the first floating output with the first floating tensor of `outputs` (the call's own
+/// result; ulps are counted in that tensor's dtype). nullopt when the op cannot be re-run.
+std::optional<Fp32Check> recheck_fp32(const at::RecordFunction& fn,
+                                      const std::vector<c10::IValue>& inputs,
+                                      const std::vector<c10::IValue>& outputs);
 
 }  // namespace ampscope::detail

@@ -17,13 +17,33 @@ from . import _core
 from ._pin import MapError, apply_precision_map, load_map
 from ._tracker import Tracker
 
-__all__ = ["profile", "step", "tensor_stats", "apply_precision_map", "MapError"]
+__all__ = ["profile", "step", "tensor_stats", "apply_precision_map", "MapError", "NonFiniteStop"]
 
 _active = None
 
 
+class NonFiniteStop(RuntimeError):
+    """Raised inside a `profile(stop_on_nonfinite=True)` block right after the op that produced
+    the run's first NaN/Inf (at the end of the module running it, or at the next step marker).
+    After the block, `event` is the report's first_nonfinite record."""
+
+    def __init__(self):
+        super().__init__()
+        self.event = None
+
+    def __str__(self):
+        e = self.event
+        if not e:
+            return "stopped at the first non-finite value"
+        layer = e["layer"] if e["layer"] else "(root)"
+        return (f"stopped at the first non-finite value: {e['kind']} in layer {layer}, "
+                f"op {e['op']}, step {e['step']} ({e['phase']})")
+
+
 def step():
     """Marks the end of a training step (optimizer steps are detected automatically)."""
+    if _active is not None:
+        _active._tracker.check_stop()
     _core.ops().mark_step()
 
 
@@ -44,14 +64,20 @@ def _rank_world():
 class profile:
     """Profiles everything run inside the block. `model` names layers from that root (any
     module called outside all others becomes a root by itself); `out=None` writes no files;
-    `every=N` records steps 0, N, 2N...; `precision_map` (a path or dict; default: env
+    `every=N` records steps 0, N, 2N...; `shadow=True` re-runs the first call of each
+    low-precision op entry per recorded step in float32 and reports its error;
+    `stop_on_nonfinite=True` raises NonFiniteStop right after the first NaN/Inf appears (the
+    report is still written); `precision_map` (a path or dict; default: env
     AMPSCOPE_PRECISION_MAP) pins layers as their modules are first seen."""
 
     def __init__(self, model=None, out="ampscope-out", every=1, shadow=False,
-                 precision_map=None, command=None):
+                 precision_map=None, command=None, stop_on_nonfinite=False):
         if int(every) < 1:
             raise ValueError("every must be >= 1")
-        self.model, self.out, self.every, self.shadow = model, out, int(every), shadow
+        self.model, self.every, self.shadow = model, int(every), bool(shadow)
+        self.out = os.fspath(out) if out is not None else None  # str or path-like
+        self.stop_on_nonfinite = bool(stop_on_nonfinite)
+        self.stopped = ""
         self.command = command if command is not None else " ".join(sys.argv)
         self.report = None
         self.report_path = None
@@ -59,7 +85,7 @@ class profile:
             precision_map = os.environ.get("AMPSCOPE_PRECISION_MAP") or None
         self._pins = load_map(precision_map)["pin_fp32"] if precision_map is not None else []
         self.pinned = []
-        self._tracker = Tracker()
+        self._tracker = Tracker(stop=NonFiniteStop if self.stop_on_nonfinite else None)
         self._tracker.root_callbacks.append(self._apply_pins)
 
     def _apply_pins(self, root, names):
@@ -75,16 +101,13 @@ class profile:
         if self.model is not None:
             self._tracker.register_root(self.model)
         self._tracker.install()
-        ops.start(self.every, "cpu", "", self.command)
+        ops.start(self.every, self.shadow, "cpu", "", self.command)
         _active = self
         return self
 
     def _run_info(self):
         rank, world = _rank_world()
         notes = []
-        if self.shadow:
-            notes.append("--shadow re-checks are not implemented yet; only the first "
-                         "non-finite op is re-run in float32")
         for name in self._tracker.compiled:
             notes.append(f"{name} runs through torch.compile: its fused kernels are not "
                          "observed op by op")
@@ -92,7 +115,7 @@ class profile:
         if missing:
             notes.append("precision map names not in the model: " + ", ".join(missing))
         device = "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
-        return {"rank": rank, "world_size": world, "device": device,
+        return {"rank": rank, "world_size": world, "device": device, "stopped": self.stopped,
                 "torch_version": torch.__version__, "notes": notes}
 
     def write(self, out):
@@ -106,6 +129,11 @@ class profile:
         ops.stop()
         self._tracker.remove()
         _active = None
+        if isinstance(exc, NonFiniteStop):
+            self.stopped = "nonfinite"
+        elif isinstance(exc, KeyboardInterrupt) or (
+                isinstance(exc, SystemExit) and exc.code in (128 + signal.SIGTERM, 128 + signal.SIGINT)):
+            self.stopped = "signal"
         self.report = json.loads(ops.report_json(json.dumps(self._run_info())))
         if self.out is not None:
             try:
@@ -114,4 +142,6 @@ class profile:
                 sys.stderr.write(f"ampscope: error: cannot write the report: {e}\n")
                 if exc_type is None:
                     raise
+        if isinstance(exc, NonFiniteStop):
+            exc.event = self.report.get("first_nonfinite")
         return False

@@ -1,9 +1,11 @@
-"""python -m ampscope [--out DIR] [--every N] [--shadow] [--map FILE] script.py [args...]
+"""python -m ampscope [--out DIR] [--every N] [--shadow] [--stop-on-nonfinite] [--map FILE] script.py [args...]
 
 Runs the script as `python script.py args...` would (its __name__ is "__main__", sys.argv and
 the exit code are preserved) with every torch.nn.Module observed, and writes report.json,
 report.html and precision_map.json into DIR when the script ends: also when it raises, calls
 sys.exit, or gets SIGINT/SIGTERM. Under torchrun each rank writes report.rank<R>.json (+ html).
+With --stop-on-nonfinite the script is stopped right after the first NaN/Inf appears, the report
+is written and the exit code is 3.
 """
 import argparse
 import os
@@ -11,7 +13,7 @@ import runpy
 import signal
 import sys
 
-from . import MapError, load_map, profile
+from . import MapError, NonFiniteStop, load_map, profile
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,7 +28,10 @@ def _parser():
     p.add_argument("--out", default="ampscope-out", help="output folder (default ampscope-out)")
     p.add_argument("--every", type=int, default=1, help="record every N-th step (default 1)")
     p.add_argument("--shadow", action="store_true",
-                   help="re-check sampled low-precision ops in float32 (planned)")
+                   help="re-run the first call of each low-precision op entry per recorded "
+                        "step in float32 and report its error (slower)")
+    p.add_argument("--stop-on-nonfinite", action="store_true",
+                   help="stop at the first NaN/Inf, write the report, exit 3")
     p.add_argument("--map", metavar="FILE", default=os.environ.get("AMPSCOPE_PRECISION_MAP"),
                    help="precision map to apply at start-up (env AMPSCOPE_PRECISION_MAP)")
     p.add_argument("script", help="the Python script to run")
@@ -57,10 +62,14 @@ def main(argv=None):
     sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     prof = profile(out=a.out, every=a.every, shadow=a.shadow, precision_map=pins,
+                   stop_on_nonfinite=a.stop_on_nonfinite,
                    command=" ".join(["python -m ampscope", a.script, *a.args]))
     try:
         with prof:
             runpy.run_path(a.script, run_name="__main__")
+    except NonFiniteStop as stop:
+        sys.stderr.write(f"ampscope: {stop}\n")
+        return 3
     finally:
         signal.signal(signal.SIGTERM, previous)
         if prof.report_path:

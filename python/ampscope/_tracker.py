@@ -15,7 +15,8 @@ from . import _core
 
 
 class Tracker:
-    def __init__(self):
+    def __init__(self, stop=None):
+        self._stop = stop  # exception class raised once the first NaN/Inf is seen (or None)
         self._names = weakref.WeakKeyDictionary()  # module -> qualified name
         self._prefixes = set()
         self._local = threading.local()
@@ -88,6 +89,14 @@ class Tracker:
         stack = self._stack()
         if stack and stack.pop():
             _core.ops().pop_layer()
+        if self._stop is not None:
+            self.check_stop()
+
+    def check_stop(self):
+        """Raises the stop exception once an op has produced a NaN/Inf (stop_on_nonfinite)."""
+        if self._stop is not None and _core.ops().nonfinite_seen():
+            stop, self._stop = self._stop, None  # raise once; later hooks stay quiet
+            raise stop()
 
     def _unwrap_compiled(self, module):
         """torch.compile's wrapper stands for the module it compiled (named as the user's)."""
@@ -107,9 +116,12 @@ class Tracker:
     def install(self):
         self._handles.append(register_module_forward_pre_hook(self._pre))
         self._handles.append(register_module_forward_hook(self._post, always_call=True))
-        self._handles.append(register_optimizer_step_pre_hook(
-            lambda o, a, k: _core.ops().push_phase("optimizer")))
+        self._handles.append(register_optimizer_step_pre_hook(self._before_optimizer_step))
         self._handles.append(register_optimizer_step_post_hook(self._after_optimizer_step))
+
+    def _before_optimizer_step(self, optimizer, args, kwargs):
+        self.check_stop()
+        _core.ops().push_phase("optimizer")
 
     @staticmethod
     def _after_optimizer_step(optimizer, args, kwargs):

@@ -27,6 +27,7 @@ void merge_op(OpRecord& into, const OpRecord& op) {
     into.first_nonfinite_step = op.first_nonfinite_step;
   }
   into.stats.merge(op.stats);
+  into.shadow.merge(op.shadow);
   // Per step, the maximum over ranks.
   std::map<std::int64_t, double> series(into.absmax_by_step.begin(), into.absmax_by_step.end());
   for (const auto& [step, v] : op.absmax_by_step) series[step] = std::max(series[step], v);

@@ -1,22 +1,36 @@
 // The recommendation engine. Each rule is a small function that looks at the report model and
 // proposes findings; the engine merges them into one recommendation per (layer, action) and
 // orders them most severe first. Rules never read files or torch state, so every rule is
-// testable on a hand-made Report.
+// testable on a hand-made Report. The reason codes are documented in the README.
 //
-// Rules so far:
-//   origin_rule     first_nonfinite came from finite inputs -> pin_fp32 (critical,
-//                   nonfinite_origin), or fix_model (critical, nonfinite_in_fp32) when the FP32
-//                   re-check was also non-finite or the op already computed in float32/64.
-//   lowp_op_rule    an op computing in the run's low-precision dtype produced NaN/Inf from
-//                   finite inputs -> pin_fp32 (high, overflow_<format> | nonfinite_lowp).
-// NaN/Inf that merely propagated (nonfinite_from_finite == 0) never yields a recommendation.
+//   origin_rule        first_nonfinite came from finite inputs -> pin_fp32 (critical,
+//                      nonfinite_origin), or fix_model (critical, nonfinite_in_fp32) when the FP32
+//                      re-check was also non-finite or the op already computed in float32/64.
+//   lowp_op_rule       an op computing in the run's low-precision dtype produced NaN/Inf from
+//                      finite inputs -> pin_fp32 (high, overflow_<format> | nonfinite_lowp).
+//   precision_loss_rule  --shadow re-checks of an op erred beyond kPrecisionLossRelErr or below
+//                      kPrecisionLossCosine -> pin_fp32 (medium, precision_loss).
+//   headroom_rule      a low-precision op's output absmax is within kHeadroomWarnBinades of the
+//                      format's max, or grows toward it fast enough to get there within as many
+//                      steps again -> watch (medium | low, headroom_<format>).
+//   grad_underflow_rule  gradients lose at least kGradUnderflowShare of their nonzero values to
+//                      underflow or subnormals in the run's format -> loss_scaling (high,
+//                      grad_underflow_<format>) with a suggested power-of-two scale: the
+//                      largest that keeps the largest gradient a binade below the max.
+//   loss_scale_rule    the GradScaler's scale fell below 1 or its last kCollapseRun updates all
+//                      found inf -> loss_scaling (high, loss_scale_collapse).
+// NaN/Inf that merely propagated (nonfinite_from_finite == 0) never yields a recommendation;
+// a layer with a pin or fix gets no `watch` on top.
 
 #include <ampscope/reports/recommend.h>
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <vector>
+
+#include "dtypes.h"
 
 namespace ampscope::reports {
 
@@ -32,11 +46,7 @@ int severity_rank(const std::string& severity) {
 
 namespace {
 
-/// "torch.float16" and "float16" name the same dtype.
-std::string dtype_name(const std::string& d) {
-  constexpr const char* kPrefix = "torch.";
-  return d.rfind(kPrefix, 0) == 0 ? d.substr(6) : d;
-}
+std::string dtype_name(const std::string& d) { return dtypes::bare(d); }
 
 /// A double for evidence: null when not finite.
 json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
@@ -84,6 +94,15 @@ void origin_rule(const Report& r, Findings& out) {
   origin["inputs_finite"] = e.inputs_finite;
   if (!e.compute_dtype.empty()) origin["compute_dtype"] = e.compute_dtype;
   origin["fp32_recheck"] = fp32_recheck_word(e.fp32_also_nonfinite);
+  if (e.fp32_check) {
+    json c = json::object();
+    c["rel_err"] = num(e.fp32_check->rel_err);
+    c["max_ulp"] = num(e.fp32_check->max_ulp);
+    c["cosine"] = num(e.fp32_check->cosine);
+    c["fp32_absmax"] = num(e.fp32_check->fp32_absmax);
+    c["lowp_only_nonfinite"] = e.fp32_check->lowp_only_nonfinite;
+    origin["fp32_check"] = std::move(c);
+  }
   if (e.output_stats) {
     origin["count"] = e.output_stats->count;
     origin["nan"] = e.output_stats->nan;
@@ -147,6 +166,248 @@ void lowp_op_rule(const Report& r, Findings& out) {
   }
 }
 
+// (c) --shadow: ops whose float32 re-runs disagree with the low-precision result.
+void precision_loss_rule(const Report& r, Findings& out) {
+  for (const Layer& layer : r.layers) {
+    for (const OpRecord& op : layer.ops) {
+      const ShadowSummary& sh = op.shadow;
+      if (sh.checks == 0) continue;
+      if (!(sh.max_rel_err > kPrecisionLossRelErr) && !(sh.min_cosine < kPrecisionLossCosine)) continue;
+      json ev = json::object();
+      ev["op"] = op.op;
+      ev["compute_dtype"] = op.compute_dtype;
+      ev["checks"] = sh.checks;
+      ev["max_rel_err"] = num(sh.max_rel_err);
+      ev["max_ulp"] = num(sh.max_ulp);
+      ev["min_cosine"] = num(sh.min_cosine);
+      ev["worst_step"] = sh.worst_step;
+      Finding f;
+      f.layer = layer.name;
+      f.action = "pin_fp32";
+      f.severity = "medium";
+      f.reasons = {"precision_loss"};
+      f.evidence["shadow"] = json::array({std::move(ev)});
+      out.push_back(std::move(f));
+    }
+  }
+}
+
+/// Least-squares slope of log2(absmax) per step over the last `n` points of a series.
+double log2_growth(const std::vector<std::pair<std::int64_t, double>>& series, std::size_t n) {
+  std::vector<std::pair<double, double>> pts;
+  for (std::size_t i = series.size() > n ? series.size() - n : 0; i < series.size(); ++i)
+    if (series[i].second > 0 && std::isfinite(series[i].second))
+      pts.emplace_back(static_cast<double>(series[i].first), std::log2(series[i].second));
+  if (pts.size() < kHeadroomMinPoints) return 0.0;
+  double mx = 0, my = 0;
+  for (const auto& [x, y] : pts) mx += x, my += y;
+  mx /= static_cast<double>(pts.size());
+  my /= static_cast<double>(pts.size());
+  double sxy = 0, sxx = 0;
+  for (const auto& [x, y] : pts) sxy += (x - mx) * (y - my), sxx += (x - mx) * (x - mx);
+  return sxx > 0 ? sxy / sxx : 0.0;
+}
+
+// (d) Low-precision outputs close to the format's max, or heading there.
+void headroom_rule(const Report& r, Findings& out) {
+  Format fmt;
+  if (!dtypes::as_format(r.run.autocast_dtype, &fmt) || fmt == Format::kBFloat16) return;
+  const double fmax = format_max(fmt);
+  const std::string lowp = dtype_name(r.run.autocast_dtype);
+  const double horizon = static_cast<double>(std::max<std::int64_t>(r.run.steps, kHeadroomMinHorizon));
+  for (const Layer& layer : r.layers) {
+    for (const OpRecord& op : layer.ops) {
+      if (op.phase != "forward" || dtype_name(op.compute_dtype) != lowp) continue;
+      if (op.nonfinite_from_finite > 0 || op.absmax_by_step.empty()) continue;
+      double peak = 0;
+      for (const auto& pt : op.absmax_by_step)
+        if (std::isfinite(pt.second)) peak = std::max(peak, pt.second);
+      if (peak <= 0) continue;
+      const double last = op.absmax_by_step.back().second;
+      const double headroom = std::log2(fmax / peak);
+      const double growth = log2_growth(op.absmax_by_step, kHeadroomFitPoints);
+      const double to_go = std::isfinite(last) && last > 0 ? std::log2(fmax / last) : headroom;
+      const double steps_left = growth > 0 ? to_go / growth : INFINITY;
+      const bool close = headroom < kHeadroomWarnBinades;
+      const bool heading = growth >= kHeadroomMinGrowth && steps_left <= horizon;
+      if (!close && !heading) continue;
+      json ev = json::object();
+      ev["op"] = op.op;
+      ev["compute_dtype"] = op.compute_dtype;
+      ev["absmax"] = num(peak);
+      ev["format_max"] = fmax;
+      ev["headroom_binades"] = num(headroom);
+      ev["growth_binades_per_step"] = num(growth);
+      if (std::isfinite(steps_left))
+        ev["projected_overflow_step"] = op.absmax_by_step.back().first + static_cast<std::int64_t>(std::ceil(steps_left));
+      Finding f;
+      f.layer = layer.name;
+      f.action = "watch";
+      f.severity = close ? "medium" : "low";
+      f.reasons = {"headroom_" + lowp};
+      f.evidence["headroom"] = json::array({std::move(ev)});
+      out.push_back(std::move(f));
+    }
+  }
+}
+
+/// Gradient value counts against the run's format, summed over some gradient tensors.
+struct GradCounts {
+  std::int64_t nonzero = 0;    ///< nonzero finite values
+  std::int64_t underflow = 0;  ///< become 0 in the format (exact; wider-dtype tensors only)
+  std::int64_t subnormal = 0;  ///< subnormal in the format (or already subnormal in it)
+  std::int64_t zeros = 0;      ///< zeros of gradients already stored in the format
+  std::int64_t stored_values = 0;  ///< values of gradients already stored in the format
+  ExpHist hist;
+  double absmax = 0;
+  double stored_absmax = 0;  ///< of the gradients stored in the format: what scaling can overflow
+
+  void add(const Stats& s, const std::string& dtype, Format f) {
+    if (s.count == 0) return;
+    nonzero += s.finite() - s.zeros;
+    absmax = std::max(absmax, s.absmax);
+    hist.merge(s.exp_hist);
+    if (dtypes::wider_than(dtype, f)) {
+      underflow += s.underflow_in(f);
+      subnormal += s.subnormal_in(f);
+    } else if (dtype_name(dtype) == format_name(f)) {
+      // Stored in the format: what underflowed is already 0 (indistinguishable from true
+      // zeros), what is tiny shows as subnormal mass below the smallest normal exponent.
+      for (int e = s.exp_hist.lo(); !s.exp_hist.empty() && e < std::min(s.exp_hist.hi(), dtypes::min_normal_exp(f)); ++e)
+        subnormal += s.exp_hist.at(e);
+      zeros += s.zeros;
+      stored_values += s.finite();
+      stored_absmax = std::max(stored_absmax, s.absmax);
+    }
+  }
+  double lost_share() const {
+    return nonzero > 0 ? static_cast<double>(underflow + subnormal) / static_cast<double>(nonzero) : 0.0;
+  }
+};
+
+/// Exponent at quantile q (from below) of a histogram.
+int hist_quantile(const ExpHist& h, double q) {
+  const auto target = static_cast<std::int64_t>(std::ceil(q * static_cast<double>(h.total())));
+  std::int64_t seen = 0;
+  for (int e = h.lo(); e < h.hi(); ++e) {
+    seen += h.at(e);
+    if (seen >= std::max<std::int64_t>(target, 1)) return e;
+  }
+  return h.hi() - 1;
+}
+
+// (e) Gradients underflowing the run's format: loss scaling, never pins.
+void grad_underflow_rule(const Report& r, Findings& out) {
+  Format fmt;
+  if (!dtypes::as_format(r.run.autocast_dtype, &fmt)) return;
+  GradCounts total;
+  std::vector<std::pair<double, json>> worst;  // (share, evidence) per layer
+  for (const Layer& layer : r.layers) {
+    GradCounts mine;
+    for (const OpRecord& op : layer.ops)
+      if (op.phase == "backward") mine.add(op.stats, op.input_dtype, fmt);
+    for (const ParamRecord& p : layer.params) mine.add(p.grad, p.dtype, fmt);
+    if (mine.nonzero == 0) continue;
+    total.nonzero += mine.nonzero;
+    total.underflow += mine.underflow;
+    total.subnormal += mine.subnormal;
+    total.zeros += mine.zeros;
+    total.stored_values += mine.stored_values;
+    total.absmax = std::max(total.absmax, mine.absmax);
+    total.stored_absmax = std::max(total.stored_absmax, mine.stored_absmax);
+    total.hist.merge(mine.hist);
+    json l = json::object();
+    l["layer"] = layer.name;
+    l["share"] = mine.lost_share();
+    l["underflow"] = mine.underflow;
+    l["subnormal"] = mine.subnormal;
+    l["nonzero"] = mine.nonzero;
+    worst.emplace_back(mine.lost_share(), std::move(l));
+  }
+  const double share = total.lost_share();
+  if (total.nonzero == 0 || share < kGradUnderflowShare || total.hist.empty()) return;
+
+  const std::string name(format_name(fmt));
+  // The suggested scale is the largest power of two that keeps the largest gradient one binade
+  // below the format's max: the largest gradient is always visible, while the low tail of
+  // gradients already stored in the format has partly become 0 and cannot be seen. The cap
+  // looks at the gradients stored in the format when there are any: wider ones (the loss's own
+  // gradient of 1, float32 master gradients) are not cast, so scaling cannot overflow them.
+  // `tail_scale` is what lifting the visible low tail (kScaleQuantile) to the smallest normal
+  // would take; above the suggestion, the gradient range is wider than the format's.
+  const int e_low = hist_quantile(total.hist, kScaleQuantile);
+  const double cap_absmax = total.stored_values > 0 ? total.stored_absmax : total.absmax;
+  const int e_high = static_cast<int>(std::floor(std::log2(std::max(cap_absmax, 1e-300))));
+  const int k_need = dtypes::min_normal_exp(fmt) - e_low;
+  const int k = std::max(0, dtypes::max_exp(fmt) - 1 - e_high);
+  double current = 1.0;
+  if (!r.loss_scale.empty() && r.loss_scale.back().scale > 0) current = r.loss_scale.back().scale;
+
+  json ev = json::object();
+  ev["format"] = name;
+  ev["share_lost"] = share;
+  ev["nonzero_values"] = total.nonzero;
+  ev["underflow"] = total.underflow;
+  ev["subnormal"] = total.subnormal;
+  if (total.stored_values > 0) {
+    ev["zeros_in_" + name + "_grads"] = total.zeros;
+    ev["values_in_" + name + "_grads"] = total.stored_values;
+  }
+  ev["grad_absmax"] = num(total.absmax);
+  ev["grad_exp_low"] = e_low;
+  ev["grad_exp_high"] = e_high;
+  ev["loss_scale_in_use"] = r.loss_scale.empty() ? json(nullptr) : json(current);
+  ev["suggested_scale"] = std::ldexp(current, k);
+  ev["tail_scale"] = std::ldexp(current, k_need);
+  ev["range_too_wide"] = k < k_need;  // even the largest safe scale leaves some underflow
+  std::stable_sort(worst.begin(), worst.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  json layers = json::array();
+  for (std::size_t i = 0; i < worst.size() && i < 5; ++i) layers.push_back(worst[i].second);
+  ev["worst_layers"] = std::move(layers);
+
+  Finding f;
+  f.layer = "";  // loss scaling acts on the whole model
+  f.action = "loss_scaling";
+  f.severity = "high";
+  f.reasons = {"grad_underflow_" + name};
+  f.evidence["gradients"] = std::move(ev);
+  out.push_back(std::move(f));
+}
+
+// (f) A GradScaler whose scale collapsed: every step keeps finding inf/NaN.
+void loss_scale_rule(const Report& r, Findings& out) {
+  if (r.loss_scale.empty()) return;
+  std::int64_t skipped = 0, tail = 0;
+  double lo = INFINITY, hi = 0;
+  std::int64_t first_inf = -1;
+  for (const LossScalePoint& p : r.loss_scale) {
+    if (p.found_inf) {
+      ++skipped;
+      if (first_inf < 0) first_inf = p.step;
+    }
+    lo = std::min(lo, p.scale);
+    hi = std::max(hi, p.scale);
+    tail = p.found_inf ? tail + 1 : 0;
+  }
+  const double last = r.loss_scale.back().scale;
+  if (!(last < 1.0) && tail < kCollapseRun) return;
+  json ev = json::object();
+  ev["updates"] = static_cast<std::int64_t>(r.loss_scale.size());
+  ev["skipped_steps"] = skipped;
+  ev["first_found_inf_step"] = first_inf;
+  ev["trailing_found_inf"] = tail;
+  ev["min_scale"] = num(lo);
+  ev["max_scale"] = num(hi);
+  ev["final_scale"] = num(last);
+  Finding f;
+  f.layer = "";
+  f.action = "loss_scaling";
+  f.severity = "high";
+  f.reasons = {"loss_scale_collapse"};
+  f.evidence["loss_scale"] = std::move(ev);
+  out.push_back(std::move(f));
+}
+
 /// Merges `add` into `into`: arrays concatenate, objects merge key by key, other values keep
 /// the first one seen.
 void merge_evidence(json& into, const json& add) {
@@ -184,6 +445,16 @@ std::vector<Recommendation> merge(Findings findings) {
         it->reasons.push_back(std::move(reason));
     merge_evidence(it->evidence, f.evidence);
   }
+  // A layer that is pinned or must be fixed needs no watch on top.
+  recs.erase(std::remove_if(recs.begin(), recs.end(),
+                            [&](const Recommendation& w) {
+                              return w.action == "watch" &&
+                                     std::any_of(recs.begin(), recs.end(), [&](const Recommendation& o) {
+                                       return o.layer == w.layer &&
+                                              (o.action == "pin_fp32" || o.action == "fix_model");
+                                     });
+                            }),
+             recs.end());
   std::stable_sort(recs.begin(), recs.end(), [](const Recommendation& a, const Recommendation& b) {
     const int ra = severity_rank(a.severity), rb = severity_rank(b.severity);
     if (ra != rb) return ra > rb;
@@ -199,6 +470,10 @@ std::vector<Recommendation> recommend(const Report& report) {
   Findings findings;
   origin_rule(report, findings);
   lowp_op_rule(report, findings);
+  precision_loss_rule(report, findings);
+  headroom_rule(report, findings);
+  grad_underflow_rule(report, findings);
+  loss_scale_rule(report, findings);
   return merge(std::move(findings));
 }
 

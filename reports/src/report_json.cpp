@@ -5,6 +5,7 @@
 // throws ReportError with the JSON path of the offending value ("layers[2].ops[0].calls").
 
 #include <ampscope/reports/report_json.h>
+#include <ampscope/reports/what_if.h>
 
 #include <algorithm>
 #include <atomic>
@@ -113,6 +114,15 @@ ojson op_to_ojson(const OpRecord& op) {
   o["nonfinite_from_finite"] = op.nonfinite_from_finite;
   o["first_nonfinite_step"] = op.first_nonfinite_step;
   o["stats"] = stats_to_ojson(op.stats);
+  if (op.shadow.checks > 0) {
+    ojson sh = ojson::object();
+    sh["checks"] = op.shadow.checks;
+    sh["max_rel_err"] = num(op.shadow.max_rel_err);
+    sh["max_ulp"] = num(op.shadow.max_ulp);
+    sh["min_cosine"] = num(op.shadow.min_cosine);
+    sh["worst_step"] = op.shadow.worst_step;
+    o["shadow"] = std::move(sh);
+  }
   ojson series = ojson::array();
   for (const auto& [step, absmax] : op.absmax_by_step) series.push_back(ojson::array({step, num(absmax)}));
   o["absmax_by_step"] = std::move(series);
@@ -140,6 +150,8 @@ ojson run_to_ojson(const RunInfo& r) {
   o["rank"] = r.rank;
   o["world_size"] = r.world_size;
   o["every"] = r.every;
+  o["shadow"] = r.shadow;
+  o["stopped"] = r.stopped;
   o["notes"] = r.notes;
   return o;
 }
@@ -153,9 +165,54 @@ ojson nonfinite_to_ojson(const NonFiniteEvent& e) {
   o["kind"] = e.kind;
   o["inputs_finite"] = e.inputs_finite;
   o["fp32_also_nonfinite"] = e.fp32_also_nonfinite ? ojson(*e.fp32_also_nonfinite) : ojson(nullptr);
+  if (e.fp32_check) {
+    const Fp32Check& c = *e.fp32_check;
+    ojson fc = ojson::object();
+    fc["also_nonfinite"] = c.also_nonfinite;
+    fc["compared"] = c.compared;
+    fc["lowp_only_nonfinite"] = c.lowp_only_nonfinite;
+    fc["rel_err"] = num(c.rel_err);
+    fc["max_ulp"] = num(c.max_ulp);
+    fc["cosine"] = num(c.cosine);
+    fc["fp32_absmax"] = num(c.fp32_absmax);
+    o["fp32_check"] = std::move(fc);
+  }
   o["compute_dtype"] = e.compute_dtype;
   o["output_stats"] = e.output_stats ? stats_to_ojson(*e.output_stats) : ojson(nullptr);
   o["rank"] = e.rank;
+  return o;
+}
+
+ojson what_if_counts(const WhatIfCounts& c) {
+  ojson o = ojson::object();
+  o["values"] = c.values;
+  o["overflow"] = c.overflow;
+  o["underflow"] = c.underflow;
+  o["subnormal"] = c.subnormal;
+  o["absmax"] = num(c.absmax);
+  return o;
+}
+
+/// The derived what-if table (recomputed from the stats on reading, so never read back).
+ojson what_if_to_ojson(const Report& r) {
+  ojson o = ojson::object();
+  ojson formats = ojson::array();
+  for (Format f : kWhatIfFormats) formats.push_back(std::string(format_name(f)));
+  o["formats"] = std::move(formats);
+  ojson rows = ojson::array();
+  for (const WhatIfRow& row : what_if(r)) {
+    ojson ro = ojson::object();
+    ro["layer"] = row.layer;
+    for (std::size_t i = 0; i < kWhatIfFormats.size(); ++i) {
+      ojson fo = ojson::object();
+      fo["verdict"] = what_if_verdict(row, i);
+      fo["activations"] = what_if_counts(row.activations[i]);
+      fo["gradients"] = what_if_counts(row.gradients[i]);
+      ro[std::string(format_name(kWhatIfFormats[i]))] = std::move(fo);
+    }
+    rows.push_back(std::move(ro));
+  }
+  o["layers"] = std::move(rows);
   return o;
 }
 
@@ -203,6 +260,7 @@ ojson report_to_ojson(const Report& r) {
     recs.push_back(std::move(ro));
   }
   o["recommendations"] = std::move(recs);
+  o["what_if"] = what_if_to_ojson(r);
   return o;
 }
 
@@ -377,6 +435,15 @@ OpRecord op_from_json(const json& j, const std::string& where) {
   op.last_step = o.int64_or("last_step", op.first_step);
   op.nonfinite_from_finite = o.int64_or("nonfinite_from_finite", 0);
   op.first_nonfinite_step = o.int64_or("first_nonfinite_step", -1);
+  if (const json* sh = o.find("shadow"); sh && !sh->is_null()) {
+    Obj so(*sh, o.path("shadow"));
+    op.shadow.checks = so.int64("checks");
+    op.shadow.max_rel_err = so.number("max_rel_err", kNaN);
+    op.shadow.max_ulp = so.number("max_ulp", kNaN);
+    op.shadow.min_cosine = so.number("min_cosine", kNaN);
+    op.shadow.worst_step = so.int64_or("worst_step", -1);
+    if (op.shadow.checks < 0) value_error(so.path("checks"), "negative count");
+  }
   if (const json* series = o.array_or_null("absmax_by_step")) {
     const std::string sw = o.path("absmax_by_step");
     for (std::size_t i = 0; i < series->size(); ++i) {
@@ -413,6 +480,11 @@ RunInfo run_from_json(const json& j, const std::string& where) {
   r.rank = o.int32("rank");
   r.world_size = o.int32("world_size");
   r.every = o.int32_or("every", 1);
+  if (const json* sh = o.find("shadow"); sh && !sh->is_null()) {
+    if (!sh->is_boolean()) type_error(o.path("shadow"), "boolean", *sh);
+    r.shadow = sh->get<bool>();
+  }
+  r.stopped = o.str_or("stopped", "");
   if (const json* notes = o.array_or_null("notes")) r.notes = string_list(*notes, o.path("notes"));
   return r;
 }
@@ -432,6 +504,18 @@ NonFiniteEvent nonfinite_from_json(const json& j, const std::string& where) {
     e.fp32_also_nonfinite = fp32.get<bool>();
   } else if (!fp32.is_null()) {
     type_error(o.path("fp32_also_nonfinite"), "boolean or null", fp32);
+  }
+  if (const json* fc = o.find("fp32_check"); fc && !fc->is_null()) {
+    Obj co(*fc, o.path("fp32_check"));
+    Fp32Check c;
+    c.also_nonfinite = co.boolean("also_nonfinite");
+    c.compared = co.int64_or("compared", 0);
+    c.lowp_only_nonfinite = co.int64_or("lowp_only_nonfinite", 0);
+    c.rel_err = co.number("rel_err", kNaN);
+    c.max_ulp = co.number("max_ulp", kNaN);
+    c.cosine = co.number("cosine", kNaN);
+    c.fp32_absmax = co.number("fp32_absmax", kNaN);
+    e.fp32_check = c;
   }
   e.compute_dtype = o.str_or("compute_dtype", "");
   if (const json* st = o.find("output_stats"); st && !st->is_null())

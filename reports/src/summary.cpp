@@ -2,6 +2,7 @@
 // headroom and gradient ranges, as aligned plain-text tables.
 
 #include <ampscope/reports/summary.h>
+#include <ampscope/reports/what_if.h>
 
 #include <ampscope/reports/recommend.h>
 
@@ -147,33 +148,49 @@ void autocast_table(const Report& report, const SummaryOptions& opt, std::string
   if (more > 0) out += fmt::format("  ... {} more layer{}\n", more, more == 1 ? "" : "s");
 }
 
-void fp16_headroom(const Report& report, std::string& out) {
+/// "overflow 12 (absmax 9.9e4)" / "underflow 3.1%" / "safe" for one format of a row.
+std::string what_if_cell(const WhatIfRow& row, std::size_t i) {
+  const std::string v = what_if_verdict(row, i);
+  if (v.empty()) return "-";
+  const WhatIfCounts& a = row.activations[i];
+  const WhatIfCounts& g = row.gradients[i];
+  if (v == "overflow")
+    return fmt::format("overflow {} (absmax {})", a.overflow + g.overflow, number(std::max(a.absmax, g.absmax)));
+  if (v == "underflow") {
+    const double n = static_cast<double>(a.values + g.values);
+    return fmt::format("underflow {:.2g}%", 100.0 * static_cast<double>(a.underflow + g.underflow) / n);
+  }
+  return v;
+}
+
+void what_if_table(const Report& report, const SummaryOptions& opt, std::string& out) {
   std::string run = report.run.autocast_dtype;
   if (run.rfind("torch.", 0) == 0) run = run.substr(6);
-  if (run == "float16") return;  // the run itself would have shown the overflows
-  const double fmax = format_max(Format::kFloat16);
-  std::vector<std::string> lines;
-  for (const Layer& l : report.layers) {
-    double absmax = 0;
-    std::int64_t overflow = 0;
-    std::string worst_op;
-    for (const OpRecord& op : l.ops) {
-      if (op.phase != "forward") continue;
-      overflow += op.stats.overflow_in(Format::kFloat16);
-      if (op.stats.absmax > absmax) {
-        absmax = op.stats.absmax;
-        worst_op = op.op;
-      }
+  if (run == "float16") return;  // the run itself shows what float16 does
+  const std::vector<WhatIfRow> rows = what_if(report);
+  std::vector<std::string> head{"LAYER"};
+  for (Format f : kWhatIfFormats) head.push_back(text::short_dtype(std::string(format_name(f))));
+  Table t(head);
+  std::size_t safe = 0, shown = 0, more = 0;
+  for (const WhatIfRow& row : rows) {
+    if (what_if_verdict(row, 0) == "safe") {
+      ++safe;
+      continue;
     }
-    if (absmax <= fmax && overflow == 0) continue;
-    lines.push_back(fmt::format("  {}: absmax {} ({}) vs max {}, {} value{} — would overflow in float16\n",
-                                truncate_middle(text::layer_label(l.name), kNameWidth),
-                                number(absmax), worst_op, number(fmax), overflow,
-                                overflow == 1 ? "" : "s"));
+    if (shown >= opt.max_layers) {
+      ++more;
+      continue;
+    }
+    ++shown;
+    std::vector<std::string> cells{truncate_middle(text::layer_label(row.layer), kNameWidth)};
+    for (std::size_t i = 0; i < kWhatIfFormats.size(); ++i) cells.push_back(what_if_cell(row, i));
+    t.row(cells);
   }
-  if (lines.empty()) return;
-  out += "\nfloat16 headroom (this run is not float16; these outputs would overflow in it)\n";
-  for (const auto& l : lines) out += l;
+  if (rows.empty()) return;
+  out += "\nWhat if (values of this run cast to float16 / float8; exact counts)\n";
+  if (!t.empty()) out += t.render("  ");
+  if (more > 0) out += fmt::format("  ... {} more layer{}\n", more, more == 1 ? "" : "s");
+  out += fmt::format("  {} of {} layer{} safe in float16\n", safe, rows.size(), rows.size() == 1 ? "" : "s");
 }
 
 void gradient_ranges(const Report& report, const SummaryOptions& opt, std::string& out) {
@@ -216,9 +233,9 @@ std::string render_summary(const Report& report, const SummaryOptions& options) 
   top_risks(report, st, out);
   out += "\n";
   autocast_table(report, options, out);
-  std::string headroom;
-  fp16_headroom(report, headroom);
-  if (!headroom.empty()) out += "\n" + headroom;
+  std::string what;
+  what_if_table(report, options, what);
+  out += what;
   out += "\n";
   gradient_ranges(report, options, out);
   return out;

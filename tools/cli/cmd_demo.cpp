@@ -16,7 +16,8 @@ namespace ampscope::cli {
 namespace {
 
 constexpr const char* kHelp = R"(usage: ampscope demo [--device cpu|cuda] [--dtype float16|bfloat16] [--steps N]
-                     [--every N] [--out DIR] [--map FILE] [--fail-on-nonfinite] [--quiet]
+                     [--every N] [--out DIR] [--map FILE] [--shadow] [--stop-on-nonfinite]
+                     [--fail-on-nonfinite] [--quiet]
 
 Trains the bundled example (a small transformer language model on synthetic data) under
 autocast while ampscope profiles it, then writes DIR/report.json, DIR/report.html and
@@ -33,6 +34,10 @@ what the precision map pins; in a bfloat16 run the summary shows it as float16 h
   --out DIR               output folder (default ampscope-out)
   --map FILE              apply a precision map first (e.g. the previous run's
                           precision_map.json: the pinned wo then stays finite)
+  --shadow                re-run the first call of each low-precision op entry per step
+                          in float32 and report its error (precision_loss findings)
+  --stop-on-nonfinite     stop training right after the step's forward that produced the
+                          first NaN/Inf, write the report, exit with code 3
   --fail-on-nonfinite     exit with code 3 when a non-finite value was seen
   --quiet                 no per-step progress lines
 Ctrl-C stops training early; the report of the steps seen is still written.
@@ -42,7 +47,7 @@ Ctrl-C stops training early; the report of the steps seen is still written.
 
 int cmd_demo(const Argv& argv) {
   Args a(argv, {"--device", "--dtype", "--steps", "--every", "--out", "--map"},
-         {"--fail-on-nonfinite", "--quiet"}, "demo");
+         {"--fail-on-nonfinite", "--quiet", "--shadow", "--stop-on-nonfinite"}, "demo");
   if (a.help()) return fmt::print("{}", kHelp), 0;
   if (!a.positional().empty()) throw UsageError("demo takes no positional arguments");
   demo::DemoOptions o;
@@ -62,6 +67,8 @@ int cmd_demo(const Argv& argv) {
   o.out_dir = a.value("--out", "ampscope-out");
   o.quiet = a.flag("--quiet");
   o.map_path = a.value("--map");
+  o.shadow = a.flag("--shadow");
+  o.stop_on_nonfinite = a.flag("--stop-on-nonfinite");
   if (!o.map_path.empty()) reports::read_precision_map(o.map_path);  // bad maps fail up front
   fmt::print("ampscope demo: {} steps on {} under {} autocast\n", o.steps, o.device, o.dtype);
   std::fflush(stdout);
@@ -71,9 +78,12 @@ int cmd_demo(const Argv& argv) {
   so.color = isatty(fileno(stdout)) != 0;
   fmt::print("\n{}", reports::render_summary(report, so));
   if (result.interrupted) fmt::print("interrupted after {} steps\n", result.steps_run);
+  if (result.stopped_on_nonfinite)
+    fmt::print("stopped at the first non-finite value, in step {}\n", result.steps_run);
   fmt::print("\nreport: {}/report.json\n        {}/report.html\n        {}/precision_map.json\n",
              o.out_dir, o.out_dir, o.out_dir);
-  return a.flag("--fail-on-nonfinite") && report.first_nonfinite ? kExitNonFinite : 0;
+  const bool fail = a.flag("--fail-on-nonfinite") || o.stop_on_nonfinite;
+  return fail && report.first_nonfinite ? kExitNonFinite : 0;
 }
 
 }  // namespace ampscope::cli

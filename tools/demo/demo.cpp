@@ -187,9 +187,13 @@ DemoResult run_demo(const DemoOptions& options) {
   so.every = options.every;
   so.device = options.device;
   so.autocast_dtype = options.dtype;
-  so.command = fmt::format("ampscope demo --device {} --dtype {} --steps {}{}", options.device,
-                           options.dtype, options.steps,
-                           options.map_path.empty() ? "" : " --map " + options.map_path);
+  so.shadow = options.shadow;
+  so.stop_on_nonfinite = options.stop_on_nonfinite;
+  so.command = fmt::format("ampscope demo --device {} --dtype {} --steps {}{}{}{}",
+                           options.device, options.dtype, options.steps,
+                           options.map_path.empty() ? "" : " --map " + options.map_path,
+                           options.shadow ? " --shadow" : "",
+                           options.stop_on_nonfinite ? " --stop-on-nonfinite" : "");
   Session session(so);
   session.attach(*model);
   if (!options.map_path.empty()) session.apply_precision_map(options.map_path);
@@ -204,6 +208,10 @@ DemoResult run_demo(const DemoOptions& options) {
       auto logits = model->forward(x);
       LayerScope scope("loss");
       loss = torch::nn::functional::cross_entropy(logits.view({-1, kVocab}), y.reshape({-1}));
+    }
+    if (session.stop_requested()) {
+      result.stopped_on_nonfinite = true;
+      break;
     }
     optimizer.zero_grad();
     loss.backward();
@@ -224,6 +232,7 @@ DemoResult run_demo(const DemoOptions& options) {
     }
   }
   result.interrupted = g_interrupted.load();
+  if (result.interrupted) session.set_stopped("signal");
   session.stop();
   result.report_path = options.out_dir + "/report.json";
   return result;

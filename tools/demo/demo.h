@@ -17,12 +17,15 @@ struct DemoOptions {
   std::uint64_t seed = 0;
   bool quiet = false;            ///< no per-step progress lines
   std::string map_path;          ///< precision map to apply before training ("" = none)
+  bool shadow = false;           ///< float32 shadow re-checks of low-precision ops
+  bool stop_on_nonfinite = false;  ///< end training right after the first NaN/Inf
 };
 
 struct DemoResult {
   int steps_run = 0;
   int steps_skipped = 0;   ///< optimizer steps skipped on a non-finite loss or gradient
   bool interrupted = false;
+  bool stopped_on_nonfinite = false;  ///< ended by stop_on_nonfinite
   std::string report_path;
 };
 

@@ -21,6 +21,11 @@ struct SessionOptions {
   std::string autocast_dtype;  ///< the run's low-precision dtype ("" when autocast is off)
   std::string command;         ///< recorded in run.command
   bool write_html = true;
+  /// Re-run the first call of each low-precision (layer, op) entry of every recorded step in
+  /// float32 and report the worst error per entry (costs about one more float32 forward).
+  bool shadow = false;
+  /// Make stop_requested() true as soon as an op produces the first NaN/Inf.
+  bool stop_on_nonfinite = false;
 };
 
 /// Writes <stem>.json and <stem>.html (optional) and the precision map into `dir` (created if
@@ -57,6 +62,12 @@ class Session {
   /// Runs `optimizer.step()` as optimizer-phase work, then ends the step.
   void optimizer_step(torch::optim::Optimizer& optimizer);
 
+  /// True once an op produced a NaN/Inf and stop_on_nonfinite is set: the training loop should
+  /// end now (the report then says run.stopped = "nonfinite").
+  bool stop_requested() const;
+  /// Records why the run ended early ("signal", "nonfinite", ...) in run.stopped.
+  void set_stopped(const std::string& why) { stopped_ = why; }
+
   /// The report of everything seen so far, with recommendations.
   reports::Report report() const;
   /// Writes report.json, report.html and precision_map.json into `dir` (created if missing),
@@ -68,6 +79,7 @@ class Session {
   bool running_ = false;
   bool written_ = false;
   std::string started_;
+  std::string stopped_;
   std::chrono::steady_clock::time_point t0_;
 };
 

@@ -6,6 +6,7 @@
 // stacks are per thread and set by the hooks/ component; the observer knows layers only as ids.
 #pragma once
 
+#include <ampscope/profiler/fp32_check.h>
 #include <ampscope/profiler/stats.h>
 
 #include <cstdint>
@@ -34,6 +35,9 @@ inline constexpr std::size_t kMaxSeriesPoints = 256;
 
 struct ObserverOptions {
   int every = 1;  ///< record steps 0, N, 2N, ... only (no work at all on the others)
+  /// Re-run the first call of each low-precision (layer, op) entry of every recorded step in
+  /// float32 and keep the worst error (ShadowSummary). Costs about one extra float32 forward.
+  bool shadow = false;
 };
 
 /// Aggregation key of an entry. Dtypes are c10::ScalarType values as int8 (-1: none).
@@ -58,6 +62,8 @@ struct OpAggregate {
   std::int64_t first_nonfinite_step = -1;
   Stats stats;
   std::vector<std::pair<std::int64_t, double>> absmax_by_step;  ///< bounded, down-sampled
+  ShadowSummary shadow;              ///< --shadow re-checks (checks == 0: none)
+  std::int64_t shadow_step = -1;     ///< last step a shadow re-check ran for this entry
   void merge(const OpAggregate& other);
 };
 
@@ -70,6 +76,7 @@ struct NonFiniteRecord {
   bool nan = false;  ///< true: NaN, false: inf
   bool inputs_finite = true;
   std::optional<bool> fp32_also_nonfinite;
+  std::optional<Fp32Check> fp32_check;  ///< the re-run's comparison, when it ran
   std::int8_t compute_dtype = -1;
   Stats output_stats;
 };
@@ -103,6 +110,8 @@ class Observer {
   static std::int64_t current_step();
   /// True while running and the current step is one that `every` samples.
   static bool sampling_now();
+  /// True once some op has produced a NaN/Inf in this run (the first one is recorded).
+  static bool nonfinite_seen();
 
   /// Pushes/pops the layer that ops on this thread are attributed to (forward attribution).
   static void push_layer(LayerId id);

@@ -3,10 +3,33 @@
 
 #include <ampscope/reports/report.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 namespace ampscope::reports {
+
+// Thresholds of the rules (see recommend.cpp and the README's reason codes).
+/// precision_loss: --shadow relative L2 error above this ...
+inline constexpr double kPrecisionLossRelErr = 0.05;
+/// ... or cosine similarity with the float32 result below this.
+inline constexpr double kPrecisionLossCosine = 0.99;
+/// headroom_<format>: peak absmax within this many binades (powers of two) of the format's max.
+inline constexpr double kHeadroomWarnBinades = 1.0;
+/// headroom_<format> by trend: growth of at least this many binades per step (fitted over the
+/// last kHeadroomFitPoints points, at least kHeadroomMinPoints) reaching the max within
+/// max(run steps, kHeadroomMinHorizon) more steps.
+inline constexpr double kHeadroomMinGrowth = 0.1;
+inline constexpr std::size_t kHeadroomFitPoints = 16;
+inline constexpr std::size_t kHeadroomMinPoints = 4;
+inline constexpr std::int64_t kHeadroomMinHorizon = 10;
+/// grad_underflow_<format>: share of nonzero gradient values that underflow or are subnormal.
+inline constexpr double kGradUnderflowShare = 0.01;
+/// The suggested loss scale lifts this quantile of gradient magnitudes to the smallest normal.
+inline constexpr double kScaleQuantile = 0.001;
+/// loss_scale_collapse: this many trailing GradScaler updates that all found inf/NaN.
+inline constexpr std::int64_t kCollapseRun = 5;
 
 /// Severity rank: critical 3, high 2, medium 1, low 0; -1 for an unknown name.
 int severity_rank(const std::string& severity);

@@ -3,6 +3,7 @@
 // writers. No torch types here.
 #pragma once
 
+#include <ampscope/profiler/fp32_check.h>
 #include <ampscope/profiler/stats.h>
 
 #include <cstdint>
@@ -37,6 +38,8 @@ struct OpRecord {
   Stats stats;                ///< outputs (forward/optimizer); incoming gradients (backward)
   /// Per step absmax of the outputs, at most kMaxSeries points (down-sampled beyond that).
   std::vector<std::pair<std::int64_t, double>> absmax_by_step;
+  /// --shadow: worst error of the float32 re-runs of this entry (checks == 0: none ran).
+  ShadowSummary shadow;
 };
 
 /// Gradient stats of one parameter, owned by the layer that registers it.
@@ -65,6 +68,9 @@ struct RunInfo {
   int rank = 0;
   int world_size = 1;
   int every = 1;               ///< stats taken every N steps
+  bool shadow = false;         ///< low-precision ops were re-checked in float32 (--shadow)
+  /// Why the run ended early: "" (it did not), "nonfinite" (--stop-on-nonfinite), "signal".
+  std::string stopped;
   std::vector<std::string> notes;  ///< what the run could not see, and why
 };
 
@@ -77,6 +83,7 @@ struct NonFiniteEvent {
   std::string kind;            ///< "nan" | "inf"
   bool inputs_finite = true;
   std::optional<bool> fp32_also_nonfinite;  ///< null until re-checked
+  std::optional<Fp32Check> fp32_check;      ///< the re-run against the call's own output
   std::string compute_dtype;
   std::optional<Stats> output_stats;
   int rank = 0;                ///< the rank that saw it (merged reports)

@@ -1,0 +1,53 @@
+// Dtype names and the target formats' ranges, as the report code needs them.
+#pragma once
+
+#include <ampscope/profiler/stats.h>
+
+#include <string>
+
+namespace ampscope::reports::dtypes {
+
+/// "torch.float16" and "float16" name the same dtype.
+inline std::string bare(const std::string& d) {
+  return d.rfind("torch.", 0) == 0 ? d.substr(6) : d;
+}
+
+/// The target format a dtype name is (float16, bfloat16, float8_*); false for others.
+inline bool as_format(const std::string& dtype, Format* f) {
+  return format_from_name(bare(dtype), f);
+}
+
+/// floor(log2) of the smallest normal value of a format.
+inline int min_normal_exp(Format f) {
+  switch (f) {
+    case Format::kFloat16: return -14;
+    case Format::kBFloat16: return -126;
+    case Format::kFloat8E4M3FN: return -6;
+    case Format::kFloat8E5M2: return -14;
+  }
+  return 0;
+}
+
+/// floor(log2) of the largest finite value of a format.
+inline int max_exp(Format f) {
+  switch (f) {
+    case Format::kFloat16: return 15;
+    case Format::kBFloat16: return 127;
+    case Format::kFloat8E4M3FN: return 8;
+    case Format::kFloat8E5M2: return 15;
+  }
+  return 0;
+}
+
+/// True when tensors of `dtype` can hold values that `f` cannot represent, so that their
+/// overflow/underflow counts for `f` are informative (a float16 tensor's float16 counts are 0
+/// by construction: what overflowed is already inf).
+inline bool wider_than(const std::string& dtype, Format f) {
+  const std::string d = bare(dtype);
+  if (d == "float32" || d == "float64") return true;
+  if (d == "bfloat16") return f != Format::kBFloat16;
+  if (d == "float16") return f == Format::kFloat8E4M3FN || f == Format::kFloat8E5M2;
+  return false;
+}
+
+}  // namespace ampscope::reports::dtypes

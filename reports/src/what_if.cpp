@@ -1,0 +1,63 @@
+#include <ampscope/reports/what_if.h>
+
+#include <algorithm>
+
+#include "dtypes.h"
+
+namespace ampscope::reports {
+namespace {
+
+void add(WhatIfCounts& c, const Stats& s, Format f) {
+  c.values += s.finite() - s.zeros;
+  c.overflow += s.overflow_in(f);
+  c.underflow += s.underflow_in(f);
+  c.subnormal += s.subnormal_in(f);
+  c.absmax = std::max(c.absmax, s.absmax);
+}
+
+std::string verdict_of(const WhatIfCounts& c) {
+  if (c.values == 0) return "";
+  if (c.overflow > 0) return "overflow";
+  if (static_cast<double>(c.underflow) > kWhatIfUnderflowShare * static_cast<double>(c.values))
+    return "underflow";
+  return "safe";
+}
+
+}  // namespace
+
+std::string what_if_verdict(const WhatIfRow& row, std::size_t i) {
+  const std::string a = verdict_of(row.activations[i]), g = verdict_of(row.gradients[i]);
+  for (const char* v : {"overflow", "underflow", "safe"})
+    if (a == v || g == v) return v;
+  return "";
+}
+
+std::vector<WhatIfRow> what_if(const Report& report) {
+  std::vector<WhatIfRow> rows;
+  for (const Layer& l : report.layers) {
+    WhatIfRow row;
+    row.layer = l.name;
+    for (std::size_t i = 0; i < kWhatIfFormats.size(); ++i) {
+      const Format f = kWhatIfFormats[i];
+      for (const OpRecord& op : l.ops) {
+        // Backward entries carry the incoming gradients, of the dtype they arrived in.
+        const bool backward = op.phase == "backward";
+        const std::string& dtype = backward ? op.input_dtype : op.output_dtype;
+        if (!dtypes::wider_than(dtype, f)) continue;
+        add(backward ? row.gradients[i] : row.activations[i], op.stats, f);
+      }
+      for (const ParamRecord& p : l.params) {
+        if (!dtypes::wider_than(p.dtype, f)) continue;
+        add(row.gradients[i], p.grad, f);
+      }
+    }
+    const bool any = std::any_of(row.activations.begin(), row.activations.end(),
+                                 [](const WhatIfCounts& c) { return c.values > 0; }) ||
+                     std::any_of(row.gradients.begin(), row.gradients.end(),
+                                 [](const WhatIfCounts& c) { return c.values > 0; });
+    if (any) rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+}  // namespace ampscope::reports

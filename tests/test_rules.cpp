@@ -1,0 +1,397 @@
+// The diagnosis rules beyond the first non-finite origin, on hand-made report models: shadow
+// precision loss, float16 headroom, gradient underflow and loss scaling, loss-scale collapse,
+// and the what-if table. Expected values are worked out by hand from the planted numbers.
+#include <gtest/gtest.h>
+
+#include <ampscope/reports/precision_map.h>
+#include <ampscope/reports/recommend.h>
+#include <ampscope/reports/report.h>
+#include <ampscope/reports/report_json.h>
+#include <ampscope/reports/what_if.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+using namespace ampscope;
+using namespace ampscope::reports;
+
+namespace {
+
+constexpr int kF16 = static_cast<int>(Format::kFloat16);
+constexpr int kE4M3 = static_cast<int>(Format::kFloat8E4M3FN);
+
+OpRecord op(const std::string& name, const std::string& phase, const std::string& compute) {
+  OpRecord o;
+  o.op = name;
+  o.phase = phase;
+  o.calls = 10;
+  o.input_dtype = "float32";
+  o.compute_dtype = compute;
+  o.output_dtype = compute;
+  o.autocast = compute == "float32" ? "fp32" : "lower_precision";
+  o.last_step = 9;
+  o.stats.count = 1000;
+  o.stats.absmax = 100.0;
+  return o;
+}
+
+Report run(const std::string& autocast, std::vector<Layer> layers) {
+  Report r;
+  r.run.autocast_dtype = autocast;
+  r.run.steps = 10;
+  r.layers = std::move(layers);
+  return r;
+}
+
+Layer layer(const std::string& name, std::vector<OpRecord> ops) {
+  Layer l;
+  l.name = name;
+  l.ops = std::move(ops);
+  return l;
+}
+
+/// absmax series: 2^(e0 + growth * step) for steps 0..n-1.
+std::vector<std::pair<std::int64_t, double>> series(int n, double e0, double growth) {
+  std::vector<std::pair<std::int64_t, double>> s;
+  for (int i = 0; i < n; ++i) s.emplace_back(i, std::exp2(e0 + growth * i));
+  return s;
+}
+
+/// A float32 gradient block: `normal` values at exponent -10, `tiny` at exponent `tiny_exp`
+/// (counted as underflowing/subnormal in float16 as their exponent says).
+Stats fp32_grads(std::int64_t normal, std::int64_t tiny, int tiny_exp) {
+  Stats s;
+  s.count = normal + tiny;
+  s.absmax = std::exp2(-9.5);
+  s.exp_hist.add(-10, normal);
+  s.exp_hist.add(tiny_exp, tiny);
+  if (tiny_exp < -25) s.underflow[kF16] = tiny;  // below half the smallest subnormal
+  else if (tiny_exp < -14) s.subnormal[kF16] = tiny;
+  return s;
+}
+
+const Recommendation* find(const std::vector<Recommendation>& recs, const std::string& action) {
+  for (const auto& r : recs)
+    if (r.action == action) return &r;
+  return nullptr;
+}
+
+}  // namespace
+
+// --- precision_loss (--shadow)
+
+TEST(PrecisionLoss, LargeShadowErrorPinsMedium) {
+  OpRecord o = op("aten::matmul", "forward", "float16");
+  o.shadow.checks = 3;
+  o.shadow.max_rel_err = 0.2;
+  o.shadow.min_cosine = 0.995;
+  o.shadow.worst_step = 7;
+  auto recs = recommend(run("float16", {layer("attn.score", {o})}));
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].layer, "attn.score");
+  EXPECT_EQ(recs[0].action, "pin_fp32");
+  EXPECT_EQ(recs[0].severity, "medium");
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"precision_loss"});
+  const auto& ev = recs[0].evidence["shadow"][0];
+  EXPECT_DOUBLE_EQ(ev["max_rel_err"].get<double>(), 0.2);
+  EXPECT_EQ(ev["worst_step"], 7);
+  EXPECT_EQ(ev["checks"], 3);
+}
+
+TEST(PrecisionLoss, LowCosineAloneIsEnough) {
+  OpRecord o = op("aten::matmul", "forward", "bfloat16");
+  o.shadow.checks = 1;
+  o.shadow.max_rel_err = 0.01;
+  o.shadow.min_cosine = 0.9;
+  auto recs = recommend(run("bfloat16", {layer("l", {o})}));
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].reasons[0], "precision_loss");
+}
+
+TEST(PrecisionLoss, OrdinaryRoundingErrorIsNotReported) {
+  OpRecord o = op("aten::matmul", "forward", "float16");
+  o.shadow.checks = 24;
+  o.shadow.max_rel_err = 4e-4;   // what float16 matmuls measure in the demo
+  o.shadow.min_cosine = 0.99999;
+  EXPECT_TRUE(recommend(run("float16", {layer("l", {o})})).empty());
+}
+
+// --- headroom_<format> (watch)
+
+TEST(Headroom, CloseToTheMaxIsMediumWatch) {
+  OpRecord o = op("aten::linear", "forward", "float16");
+  o.absmax_by_step = {{0, 30000.0}, {5, 40000.0}, {9, 35000.0}};
+  auto recs = recommend(run("float16", {layer("ffn.wo", {o})}));
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].action, "watch");
+  EXPECT_EQ(recs[0].severity, "medium");
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"headroom_float16"});
+  const auto& ev = recs[0].evidence["headroom"][0];
+  EXPECT_DOUBLE_EQ(ev["absmax"].get<double>(), 40000.0);
+  EXPECT_NEAR(ev["headroom_binades"].get<double>(), std::log2(65504.0 / 40000.0), 1e-12);
+  EXPECT_TRUE(precision_map_from(recs).pin_fp32.empty());  // a warning, not a pin
+}
+
+TEST(Headroom, GrowingTowardTheMaxIsLowWatchWithProjection) {
+  OpRecord o = op("aten::linear", "forward", "float16");
+  o.absmax_by_step = series(10, 3.0, 1.0);  // 8 .. 4096, doubling every step
+  auto recs = recommend(run("float16", {layer("ffn.wo", {o})}));
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].severity, "low");
+  const auto& ev = recs[0].evidence["headroom"][0];
+  EXPECT_NEAR(ev["growth_binades_per_step"].get<double>(), 1.0, 1e-9);
+  // log2(65504 / 4096) = 3.9996 more doublings after step 9: overflow at step 13.
+  EXPECT_EQ(ev["projected_overflow_step"], 13);
+}
+
+TEST(Headroom, FlatOrSlowOrFarAwayIsNothing) {
+  OpRecord flat = op("aten::linear", "forward", "float16");
+  flat.absmax_by_step = series(10, 10.0, 0.0);
+  OpRecord slow = op("aten::matmul", "forward", "float16");
+  slow.absmax_by_step = series(10, 10.0, 0.05);  // 2 binades from the max, 0.05 per step
+  OpRecord far = op("aten::bmm", "forward", "float16");
+  far.absmax_by_step = series(10, -20.0, 0.5);   // growing, but 30 binades away
+  EXPECT_TRUE(recommend(run("float16", {layer("l", {flat, slow, far})})).empty());
+}
+
+TEST(Headroom, NotForFp32OpsOrBFloat16Runs) {
+  OpRecord o = op("aten::linear", "forward", "float32");
+  o.absmax_by_step = {{0, 60000.0}};
+  EXPECT_TRUE(recommend(run("float16", {layer("l", {o})})).empty());
+  OpRecord b = op("aten::linear", "forward", "bfloat16");
+  b.absmax_by_step = {{0, 60000.0}};
+  EXPECT_TRUE(recommend(run("bfloat16", {layer("l", {b})})).empty());
+}
+
+TEST(Headroom, APinnedLayerGetsNoWatchOnTop) {
+  OpRecord o = op("aten::linear", "forward", "float16");
+  o.absmax_by_step = {{0, 60000.0}};
+  OpRecord bad = op("aten::matmul", "forward", "float16");
+  bad.nonfinite_from_finite = 1;
+  bad.first_nonfinite_step = 3;
+  bad.stats.posinf = 4;
+  auto recs = recommend(run("float16", {layer("ffn.wo", {o, bad})}));
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].action, "pin_fp32");
+}
+
+// --- grad_underflow_<format> (loss_scaling)
+
+TEST(GradUnderflow, ExactCountsOnFp32GradientsRecommendLossScaling) {
+  OpRecord g = op("AddmmBackward0", "backward", "float32");
+  g.stats = fp32_grads(950, 50, -27);  // 5% of the values below float16's range
+  Layer l = layer("head", {op("aten::linear", "forward", "float16"), g});
+  auto recs = recommend(run("float16", {l}));
+  ASSERT_EQ(recs.size(), 1u);
+  const Recommendation& r = recs[0];
+  EXPECT_EQ(r.layer, "");
+  EXPECT_EQ(r.action, "loss_scaling");
+  EXPECT_EQ(r.severity, "high");
+  EXPECT_EQ(r.reasons, std::vector<std::string>{"grad_underflow_float16"});
+  const auto& ev = r.evidence["gradients"];
+  EXPECT_DOUBLE_EQ(ev["share_lost"].get<double>(), 0.05);
+  EXPECT_EQ(ev["underflow"], 50);
+  EXPECT_EQ(ev["grad_exp_low"], -27);
+  EXPECT_EQ(ev["grad_exp_high"], -10);
+  // The largest power of two keeping 2^-9.5 a binade below 65504 (< 2^15): 2^(14 + 10) = 2^24,
+  // which also lifts 2^-27 past float16's smallest normal (2^13 would be just enough).
+  EXPECT_DOUBLE_EQ(ev["suggested_scale"].get<double>(), std::exp2(24));
+  EXPECT_DOUBLE_EQ(ev["tail_scale"].get<double>(), 8192.0);
+  EXPECT_FALSE(ev["range_too_wide"].get<bool>());
+  EXPECT_TRUE(ev["loss_scale_in_use"].is_null());
+  EXPECT_EQ(ev["worst_layers"][0]["layer"], "head");
+  EXPECT_TRUE(precision_map_from(recs).pin_fp32.empty());
+}
+
+TEST(GradUnderflow, ScaleIsCappedByTheLargestGradient) {
+  OpRecord g = op("MulBackward0", "backward", "float32");
+  g.stats = fp32_grads(900, 100, -30);
+  g.stats.absmax = 1000.0;  // exponent 9: at most 2^(15 - 1 - 9) = 32 keeps a binade spare
+  g.stats.exp_hist.add(9, 1);
+  g.stats.count += 1;
+  auto recs = recommend(run("float16", {layer("loss", {g})}));
+  ASSERT_EQ(recs.size(), 1u);
+  const auto& ev = recs[0].evidence["gradients"];
+  EXPECT_DOUBLE_EQ(ev["suggested_scale"].get<double>(), 32.0);
+  EXPECT_TRUE(ev["range_too_wide"].get<bool>());
+}
+
+TEST(GradUnderflow, Float16GradientsCountTheirSubnormalMass) {
+  OpRecord g = op("MmBackward0", "backward", "float16");
+  g.input_dtype = "float16";
+  g.stats.count = 1200;
+  g.stats.zeros = 200;
+  g.stats.exp_hist.add(-5, 900);
+  g.stats.exp_hist.add(-20, 100);  // float16 subnormals
+  g.stats.absmax = std::exp2(-4.5);
+  auto recs = recommend(run("float16", {layer("ffn.wi", {g})}));
+  ASSERT_EQ(recs.size(), 1u);
+  const auto& ev = recs[0].evidence["gradients"];
+  EXPECT_DOUBLE_EQ(ev["share_lost"].get<double>(), 0.1);
+  EXPECT_EQ(ev["subnormal"], 100);
+  EXPECT_EQ(ev["zeros_in_float16_grads"], 200);
+  // Capped by the float16 gradients' own largest value, exponent -5: 2^(14 + 5).
+  EXPECT_DOUBLE_EQ(ev["suggested_scale"].get<double>(), std::exp2(19));
+}
+
+TEST(GradUnderflow, ParamGradsCountAndExistingScaleIsMultiplied) {
+  Layer l = layer("head", {});
+  ParamRecord p;
+  p.name = "head.weight";
+  p.dtype = "float32";
+  p.grad = fp32_grads(950, 50, -27);
+  l.params.push_back(p);
+  Report r = run("float16", {l});
+  r.loss_scale = {{0, 1024.0, false}, {1, 1024.0, false}};
+  auto recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_DOUBLE_EQ(recs[0].evidence["gradients"]["suggested_scale"].get<double>(), 1024.0 * std::exp2(24));
+}
+
+TEST(GradUnderflow, BelowThresholdOrBFloat16RunIsNothing) {
+  OpRecord g = op("AddmmBackward0", "backward", "float32");
+  g.stats = fp32_grads(995, 5, -27);  // 0.5%
+  EXPECT_TRUE(recommend(run("float16", {layer("l", {g})})).empty());
+  OpRecord h = op("AddmmBackward0", "backward", "float32");
+  h.stats = fp32_grads(500, 500, -27);  // float16 counts, but the run is bfloat16
+  EXPECT_TRUE(recommend(run("bfloat16", {layer("l", {h})})).empty());
+  EXPECT_TRUE(recommend(run("", {layer("l", {h})})).empty());
+}
+
+// --- loss_scale_collapse
+
+TEST(LossScale, CollapseBelowOneRecommendsLossScaling) {
+  Report r = run("float16", {});
+  double s = 65536.0;
+  for (int i = 0; i < 20; ++i, s /= 2) r.loss_scale.push_back({i, s, true});
+  auto recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].action, "loss_scaling");
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"loss_scale_collapse"});
+  const auto& ev = recs[0].evidence["loss_scale"];
+  EXPECT_EQ(ev["skipped_steps"], 20);
+  EXPECT_EQ(ev["first_found_inf_step"], 0);
+  EXPECT_DOUBLE_EQ(ev["final_scale"].get<double>(), 65536.0 / std::exp2(19));
+}
+
+TEST(LossScale, TrailingRunOfSkippedStepsIsCollapse) {
+  Report r = run("float16", {});
+  for (int i = 0; i < 10; ++i) r.loss_scale.push_back({i, 4096.0, i >= 5});
+  auto recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].evidence["loss_scale"]["trailing_found_inf"], 5);
+}
+
+TEST(LossScale, OrdinaryBackoffIsNothing) {
+  Report r = run("float16", {});
+  // The usual start: a few overflows halve 2^16, then clean steps.
+  r.loss_scale = {{0, 32768.0, true}, {1, 16384.0, true}, {2, 16384.0, false}, {3, 16384.0, false}};
+  EXPECT_TRUE(recommend(r).empty());
+}
+
+// --- fp32 comparison in the origin's evidence
+
+TEST(Origin, Fp32ComparisonIsEvidence) {
+  Report r = run("float16", {layer("ffn.wo", {op("aten::linear", "forward", "float16")})});
+  NonFiniteEvent e;
+  e.step = 3;
+  e.phase = "forward";
+  e.layer = "ffn.wo";
+  e.op = "aten::linear";
+  e.kind = "inf";
+  e.compute_dtype = "float16";
+  e.fp32_also_nonfinite = false;
+  Fp32Check c;
+  c.compared = 90;
+  c.lowp_only_nonfinite = 10;
+  c.rel_err = 3e-4;
+  c.max_ulp = 1.5;
+  c.cosine = 0.99999;
+  c.fp32_absmax = 99000.0;
+  e.fp32_check = c;
+  r.first_nonfinite = e;
+  auto recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  const auto& fc = recs[0].evidence["first_nonfinite"]["fp32_check"];
+  EXPECT_DOUBLE_EQ(fc["fp32_absmax"].get<double>(), 99000.0);
+  EXPECT_EQ(fc["lowp_only_nonfinite"], 10);
+  // And the report JSON keeps it.
+  Report back = report_from_json(report_to_json(r));
+  ASSERT_TRUE(back.first_nonfinite->fp32_check);
+  EXPECT_DOUBLE_EQ(back.first_nonfinite->fp32_check->rel_err, 3e-4);
+  EXPECT_EQ(back.first_nonfinite->fp32_check->compared, 90);
+}
+
+TEST(Shadow, SurvivesJson) {
+  OpRecord o = op("aten::matmul", "forward", "float16");
+  o.shadow.checks = 2;
+  o.shadow.max_rel_err = 1e-3;
+  o.shadow.max_ulp = 4;
+  o.shadow.min_cosine = 0.9999;
+  o.shadow.worst_step = 1;
+  Report r = run("float16", {layer("l", {o})});
+  r.run.shadow = true;
+  r.run.stopped = "nonfinite";
+  Report back = report_from_json(report_to_json(r));
+  EXPECT_TRUE(back.run.shadow);
+  EXPECT_EQ(back.run.stopped, "nonfinite");
+  const ShadowSummary& s = back.layers[0].ops[0].shadow;
+  EXPECT_EQ(s.checks, 2);
+  EXPECT_DOUBLE_EQ(s.max_ulp, 4);
+  EXPECT_EQ(s.worst_step, 1);
+}
+
+// --- what-if
+
+TEST(WhatIf, Float32OutputsAreCheckedForEveryFormat) {
+  OpRecord o = op("aten::add", "forward", "float32");
+  o.stats.count = 100;
+  o.stats.zeros = 10;
+  o.stats.overflow[kF16] = 3;
+  o.stats.overflow[kE4M3] = 40;
+  o.stats.absmax = 1e5;
+  Report r = run("bfloat16", {layer("ffn.wo", {o})});
+  auto rows = what_if(r);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].activations[0].values, 90);
+  EXPECT_EQ(rows[0].activations[0].overflow, 3);
+  EXPECT_EQ(what_if_verdict(rows[0], 0), "overflow");
+  EXPECT_EQ(what_if_verdict(rows[0], 1), "overflow");
+  EXPECT_EQ(what_if_verdict(rows[0], 2), "safe");
+  // A derived section of the JSON report.
+  auto j = report_to_json(r);
+  EXPECT_EQ(j["what_if"]["layers"][0]["float16"]["verdict"], "overflow");
+  EXPECT_EQ(j["what_if"]["layers"][0]["float16"]["activations"]["overflow"], 3);
+}
+
+TEST(WhatIf, UnderflowShareAndGradients) {
+  OpRecord g = op("MmBackward0", "backward", "float32");
+  g.stats = fp32_grads(1999, 1, -27);  // 0.05% < kWhatIfUnderflowShare
+  Layer l = layer("l", {g});
+  ParamRecord p;
+  p.name = "l.weight";
+  p.dtype = "float32";
+  p.grad = fp32_grads(1000, 0, -10);
+  l.params.push_back(p);
+  auto rows = what_if(run("", {l}));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].gradients[0].values, 3000);
+  EXPECT_EQ(rows[0].gradients[0].underflow, 1);
+  EXPECT_EQ(what_if_verdict(rows[0], 0), "safe");
+  g.stats = fp32_grads(990, 10, -27);  // 1%
+  rows = what_if(run("", {layer("l", {g})}));
+  EXPECT_EQ(what_if_verdict(rows[0], 0), "underflow");
+}
+
+TEST(WhatIf, TensorsAlreadyInTheFormatAreNotCounted) {
+  OpRecord h = op("aten::linear", "forward", "float16");  // float16 outputs: nothing to learn for fp16
+  h.stats.overflow[kE4M3] = 5;
+  auto rows = what_if(run("float16", {layer("l", {h})}));
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].activations[0].values, 0);
+  EXPECT_EQ(what_if_verdict(rows[0], 0), "");
+  EXPECT_EQ(what_if_verdict(rows[0], 1), "overflow");
+  OpRecord i = op("aten::argmax", "forward", "int64");
+  EXPECT_TRUE(what_if(run("float16", {layer("k", {i})})).empty());
+}
