@@ -47,6 +47,8 @@ std::string prepend_env(const char* name, const std::string& value) {
   return old && *old ? value + ":" + old : value;
 }
 
+}  // namespace
+
 int spawn_and_wait(const std::vector<std::string>& cmd) {
   std::vector<char*> argv;
   for (const auto& s : cmd) argv.push_back(const_cast<char*>(s.c_str()));
@@ -62,21 +64,17 @@ int spawn_and_wait(const std::vector<std::string>& cmd) {
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
+namespace {
+
 bool is_python(const std::string& program) {
   return reports::base_name(program).rfind("python", 0) == 0;
 }
 
 }  // namespace
 
-int cmd_run(const Argv& argv) {
-  Args a(argv, {"--out", "--every"}, {}, "run");
-  if (a.help()) return fmt::print("{}", kHelp), 0;
-  if (!a.positional().empty() || a.rest().empty()) {
-    throw UsageError("run needs the command after '--' (see ampscope run --help)");
-  }
-  std::string out = a.value("--out", "ampscope-out");
-  int every = a.int_value("--every", 1, 1, 1000000);
-  const std::vector<std::string>& rest = a.rest();
+int run_profiled(const std::vector<std::string>& rest, const std::string& out, int every) {
+  const char* prev = std::getenv("LD_PRELOAD");
+  const std::string prev_preload = prev ? prev : "";
   std::string prefix = install_dir();
   std::vector<std::string> cmd;
   if (is_python(rest[0])) {
@@ -95,7 +93,20 @@ int cmd_run(const Argv& argv) {
     ::setenv("AMPSCOPE_COMMAND", joined.c_str(), 1);
     cmd = rest;
   }
-  return spawn_and_wait(cmd);
+  const int rc = spawn_and_wait(cmd);
+  // The next spawn (verify runs two) starts from the caller's environment again.
+  if (prev) ::setenv("LD_PRELOAD", prev_preload.c_str(), 1);
+  else ::unsetenv("LD_PRELOAD");
+  return rc;
+}
+
+int cmd_run(const Argv& argv) {
+  Args a(argv, {"--out", "--every"}, {}, "run");
+  if (a.help()) return fmt::print("{}", kHelp), 0;
+  if (!a.positional().empty() || a.rest().empty()) {
+    throw UsageError("run needs the command after '--' (see ampscope run --help)");
+  }
+  return run_profiled(a.rest(), a.value("--out", "ampscope-out"), a.int_value("--every", 1, 1, 1000000));
 }
 
 }  // namespace ampscope::cli

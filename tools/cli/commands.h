@@ -20,5 +20,12 @@ int cmd_autocast_ops(const Argv& args);
 int cmd_merge(const Argv& args);
 int cmd_run(const Argv& args);
 int cmd_diff(const Argv& args);
+int cmd_verify(const Argv& args);
+
+/// Runs `cmd` and waits; its exit code (128 + signal when killed). Throws UsageError when it
+/// cannot be started.
+int spawn_and_wait(const std::vector<std::string>& cmd);
+/// Runs `cmd` under the profiler, as `ampscope run` does, writing the reports into `out`.
+int run_profiled(const std::vector<std::string>& cmd, const std::string& out, int every);
 
 }  // namespace ampscope::cli

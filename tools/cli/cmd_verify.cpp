@@ -1,0 +1,123 @@
+// ampscope verify: runs a command twice, without and with a precision map, and says which of
+// the first run's problems the pins removed and what they cost in time per step.
+#include <ampscope/reports/diff.h>
+#include <ampscope/reports/files.h>
+#include <ampscope/reports/precision_map.h>
+#include <ampscope/reports/report_json.h>
+#include <fmt/core.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "args.h"
+#include "commands.h"
+
+namespace ampscope::cli {
+namespace {
+
+constexpr const char* kHelp = R"(usage: ampscope verify --map FILE [--out DIR] [--every N] [--fail-on-nonfinite]
+                       -- CMD ARGS...
+
+Runs CMD twice under the profiler: first as it is (DIR/baseline), then with the precision map
+FILE applied (DIR/pinned). Then, for every problem the first run's report recommended, says
+whether it is gone, whether the first non-finite value is gone, which ops changed the dtype
+they computed in, and what the pins cost in time per step.
+
+  CMD is one of
+    python script.py ARGS   run as `python -m ampscope`; the map is applied at start-up
+    ampscope demo ARGS      the bundled demo, given --map for the second run
+    any other program       a LibTorch program under `ampscope run`; it gets the map's path
+                            in $AMPSCOPE_PRECISION_MAP and applies it itself
+                            (Session::apply_precision_map)
+
+  --map FILE            the precision map to verify (e.g. DIR/precision_map.json of a run)
+  --out DIR             output folder (default ampscope-verify)
+  --every N             record every N-th step only
+  --fail-on-nonfinite   exit with code 3 when the run with the map still saw a non-finite value
+)";
+
+bool is_ampscope_demo(const std::vector<std::string>& cmd) {
+  return cmd.size() >= 2 && reports::base_name(cmd[0]) == "ampscope" && cmd[1] == "demo";
+}
+
+/// Runs one of the two passes; returns the path of its report.
+std::string run_pass(const std::vector<std::string>& cmd, const std::string& out, int every,
+                     const std::string& map) {
+  if (map.empty()) {
+    ::unsetenv("AMPSCOPE_PRECISION_MAP");
+  } else {
+    ::setenv("AMPSCOPE_PRECISION_MAP", map.c_str(), 1);
+  }
+  int rc = 0;
+  if (is_ampscope_demo(cmd)) {
+    std::vector<std::string> c = cmd;
+    c.insert(c.end(), {"--out", out, "--every", std::to_string(every), "--quiet"});
+    if (!map.empty()) c.insert(c.end(), {"--map", map});
+    rc = spawn_and_wait(c);
+  } else {
+    rc = run_profiled(cmd, out, every);
+  }
+  const std::string report = reports::join_path(out, "report.json");
+  if (reports::path_kind(report) != reports::PathKind::kFile) {
+    throw UsageError(fmt::format("the command exited with code {} and wrote no report ({})", rc, report));
+  }
+  if (rc != 0) std::fprintf(stderr, "ampscope: note: the command exited with code %d\n", rc);
+  return report;
+}
+
+std::string reasons_text(const reports::Recommendation& r) {
+  std::string s;
+  for (const auto& c : r.reasons) s += (s.empty() ? "" : ",") + c;
+  return s;
+}
+
+/// The same problem in the second run: same layer and action, and a reason in common.
+bool still_there(const reports::Recommendation& r, const reports::Report& after) {
+  for (const auto& a : after.recommendations) {
+    if (a.layer != r.layer || a.action != r.action) continue;
+    for (const auto& c : r.reasons)
+      for (const auto& d : a.reasons)
+        if (c == d) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int cmd_verify(const Argv& argv) {
+  Args a(argv, {"--map", "--out", "--every"}, {"--fail-on-nonfinite"}, "verify");
+  if (a.help()) return fmt::print("{}", kHelp), 0;
+  if (!a.has("--map")) throw UsageError("verify needs --map FILE (see ampscope verify --help)");
+  if (!a.positional().empty() || a.rest().empty())
+    throw UsageError("verify needs the command after '--' (see ampscope verify --help)");
+  const std::string map = a.value("--map");
+  const reports::PrecisionMap pm = reports::read_precision_map(map);  // bad maps fail up front
+  const std::string out = a.value("--out", "ampscope-verify");
+  const int every = a.int_value("--every", 1, 1, 1000000);
+
+  std::string joined;
+  for (const auto& s : a.rest()) joined += (joined.empty() ? "" : " ") + s;
+  fmt::print("ampscope verify: [1/2] baseline run: {}\n", joined);
+  std::fflush(stdout);
+  const std::string before_path = run_pass(a.rest(), reports::join_path(out, "baseline"), every, "");
+  fmt::print("ampscope verify: [2/2] run with {} ({} layer{} pinned to float32)\n", map,
+             pm.pin_fp32.size(), pm.pin_fp32.size() == 1 ? "" : "s");
+  std::fflush(stdout);
+  const std::string after_path = run_pass(a.rest(), reports::join_path(out, "pinned"), every, map);
+
+  const reports::Report before = reports::read_report(before_path);
+  const reports::Report after = reports::read_report(after_path);
+  std::string text = "\nproblems of the baseline run:\n";
+  if (before.recommendations.empty()) text += "  none recommended anything\n";
+  for (const auto& r : before.recommendations) {
+    text += fmt::format("  {:<11} {:<9} {:<12} {:<8} {}\n", still_there(r, after) ? "STILL THERE" : "gone",
+                        r.severity, r.action, r.layer.empty() ? "(root)" : r.layer, reasons_text(r));
+  }
+  text += reports::render_diff(reports::diff_reports(before, after), before, after);
+  text += fmt::format("reports: {}\n         {}\n", before_path, after_path);
+  fmt::print("{}", text);
+  reports::write_file_atomic(reports::join_path(out, "verify.txt"), text);
+  return a.flag("--fail-on-nonfinite") && after.first_nonfinite ? kExitNonFinite : 0;
+}
+
+}  // namespace ampscope::cli
