@@ -136,6 +136,21 @@ def test_a_stop_on_nonfinite_ends_the_run_at_the_origin(tmp_path):
     assert all(o["last_step"] < K_A for o in head["ops"])  # stopped before the head ran
 
 
+def test_a_before_the_overflow_the_growing_layer_gets_a_headroom_warning():
+    model = T5Like()
+    x, y = batch()
+    plant_wo_growth(model, x, K_A)
+    with ampscope.profile(model=model, out=None) as prof:
+        train(model, K_A, x, y, grow=model.ffn.wo)  # stops one step short of the overflow
+    r = prof.report
+    assert r["first_nonfinite"] is None and pins(r) == []
+    [w] = recs(r, "watch")
+    assert w["layer"] == "ffn.wo" and w["reasons"] == ["headroom_float16"]
+    ev = w["evidence"]["headroom"][0]
+    assert ev["growth_binades_per_step"] == pytest.approx(1.0, abs=0.05)  # planted: 2x a step
+    assert ev["projected_overflow_step"] == K_A                          # where (a) overflows
+
+
 # (b) ---------------------------------------------------------------------------------------
 
 K_B = 3
