@@ -283,10 +283,29 @@ TEST(LossScale, TrailingRunOfSkippedStepsIsCollapse) {
   EXPECT_EQ(recs[0].evidence["loss_scale"]["trailing_found_inf"], 5);
 }
 
+TEST(LossScale, BackwardOverflowUnderAGradScalerIsNotPinned) {
+  OpRecord g = op("aten::sum", "backward", "float16");  // e.g. a broadcast bias gradient
+  g.nonfinite_from_finite = 2;
+  g.first_nonfinite_step = 0;
+  g.stats.posinf = 3;
+  Report without = run("float16", {layer("fc", {g})});
+  auto recs = recommend(without);
+  ASSERT_EQ(recs.size(), 1u);  // no scaler: the float16 gradient overflow is a pin
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"overflow_float16"});
+  Report with = without;
+  with.loss_scale = {{0, 65536.0, true}, {1, 32768.0, false}};
+  EXPECT_TRUE(recommend(with).empty());
+}
+
 TEST(LossScale, OrdinaryBackoffIsNothing) {
   Report r = run("float16", {});
   // The usual start: a few overflows halve 2^16, then clean steps.
   r.loss_scale = {{0, 32768.0, true}, {1, 16384.0, true}, {2, 16384.0, false}, {3, 16384.0, false}};
+  EXPECT_TRUE(recommend(r).empty());
+  // Backing off from a too-high initial scale, skips from the first update on: not a collapse.
+  r.loss_scale.clear();
+  double s = std::exp2(20);
+  for (int i = 0; i < 6; ++i, s /= 2) r.loss_scale.push_back({i, s, true});
   EXPECT_TRUE(recommend(r).empty());
 }
 

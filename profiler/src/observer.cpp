@@ -7,6 +7,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
+#include <torch/csrc/autograd/graph_task.h>
 
 #include <cstring>
 #include <stdexcept>
@@ -68,6 +69,7 @@ OpInfo make_info(const at::RecordFunction& fn, std::string_view name) {
 /// The data a call carries from its start callback to its end callback.
 struct Call : at::ObserverContext {
   bool inner = false;  ///< autocast's inner call of the current top-level call
+  bool node = false;   ///< an autograd node (BACKWARD_FUNCTION scope)
   const OpInfo* info = nullptr;
   Phase phase = Phase::kForward;
   LayerId layer = kOutsideLayerId;
@@ -89,6 +91,7 @@ struct ThreadState {
   int depth = 0;
   std::vector<LayerId> layers;
   std::vector<Phase> phases;
+  LayerId backward_layer = kOutsideLayerId;  ///< layer of the last autograd node on this thread
   Call* top = nullptr;
   std::shared_ptr<ThreadTable> table;
   std::shared_ptr<SeqRing> ring;
@@ -192,9 +195,16 @@ bool all_finite(const Range& values) {
 }
 
 void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call) {
-  call.phase = t.phases.empty() ? Phase::kForward : t.phases.back();
-  call.layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();
-  forward_ring(t, fn).put(fn.seqNr(), call.layer);
+  if (torch::autograd::get_current_graph_task_id() != -1) {
+    // Run by the autograd engine outside any node (e.g. validate_outputs' sum_to of a
+    // broadcast gradient, gradient hooks): backward work of the node that ran last.
+    call.phase = Phase::kBackward;
+    call.layer = t.backward_layer;
+  } else {
+    call.phase = t.phases.empty() ? Phase::kForward : t.phases.back();
+    call.layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();
+    forward_ring(t, fn).put(fn.seqNr(), call.layer);
+  }
   auto inputs = fn.inputs();
   c10::DeviceType device = c10::DeviceType::CPU;
   call.input_dtype = floating_dtype(inputs, &device);
@@ -214,10 +224,12 @@ void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call)
 
 void start_backward_top(ThreadState& t, const at::RecordFunction& fn, Call& call) {
   call.phase = Phase::kBackward;
+  call.node = true;
   LayerId layer = -1;
   if (auto ring = global().find_ring(fn.forwardThreadId())) layer = ring->get(fn.seqNr());
   if (layer < 0) layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();
   call.layer = layer;
+  t.backward_layer = layer;
   auto inputs = fn.inputs();  // the gradients flowing into the node: valid only here
   call.input_dtype = floating_dtype(inputs);
   call.stats = stats_of(inputs);
@@ -234,6 +246,24 @@ bool is_engine_wrapper(const at::RecordFunction& fn) {
          std::string_view(fn.name()).substr(0, kEngineWrapperPrefix.size()) == kEngineWrapperPrefix;
 }
 
+constexpr std::string_view kUpdateScale = "aten::_amp_update_scale_";
+
+/// A GradScaler update ends its iteration. When the optimizer step was skipped (inf/NaN found),
+/// no optimizer hook marked the step, so the update marks it. Returns the step the update
+/// belongs to.
+std::int64_t update_scale_step(GlobalState& g) {
+  std::lock_guard<std::mutex> lock(g.records_mu);
+  std::int64_t now = g.step.load();
+  std::int64_t belongs = now;
+  if (now > g.step_at_last_update) {
+    belongs = now - 1;  // the optimizer step of this iteration already ended it
+  } else {
+    g.step.fetch_add(1);
+  }
+  g.step_at_last_update = g.step.load();
+  return belongs;
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   auto& g = global();
   if (!g.running.load(std::memory_order_relaxed)) return nullptr;
@@ -241,6 +271,10 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (is_engine_wrapper(fn)) return std::make_unique<EngineWrapper>();
   int depth = t.depth++;
   std::int64_t step = g.step.load(std::memory_order_relaxed);
+  if (depth == 0 && fn.scope() == at::RecordScope::FUNCTION && fn.name()[0] == 'a' &&
+      fn.name() == kUpdateScale) {
+    step = update_scale_step(g);
+  }
   if (g.every > 1 && step % g.every != 0) return nullptr;
   bool backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
   try {
@@ -349,7 +383,7 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
   OpAggregate agg;
   agg.calls = 1;
   agg.first_step = agg.last_step = call.step;
-  if (call.phase == Phase::kBackward) {
+  if (call.node) {
     key.compute_dtype = key.output_dtype = call.input_dtype;
     agg.stats = std::move(call.stats);
   } else {

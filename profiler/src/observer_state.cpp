@@ -171,6 +171,7 @@ void GlobalState::reset() {
     std::lock_guard<std::mutex> lock(records_mu);
     first_nonfinite.reset();
     loss_scale.clear();
+    step_at_last_update = 0;
   }
   have_first_nonfinite.store(false);
   step.store(0);

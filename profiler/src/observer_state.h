@@ -74,6 +74,7 @@ struct GlobalState {
   std::mutex records_mu;
   std::optional<NonFiniteRecord> first_nonfinite;
   std::vector<LossScaleRecord> loss_scale;
+  std::int64_t step_at_last_update = 0;  ///< step counter after the last GradScaler update
 
   /// Registers a new table for the calling thread.
   std::shared_ptr<ThreadTable> new_table();

@@ -17,8 +17,9 @@
 //                      underflow or subnormals in the run's format -> loss_scaling (high,
 //                      grad_underflow_<format>) with a suggested power-of-two scale: the
 //                      largest that keeps the largest gradient a binade below the max.
-//   loss_scale_rule    the GradScaler's scale fell below 1 or its last kCollapseRun updates all
-//                      found inf -> loss_scaling (high, loss_scale_collapse).
+//   loss_scale_rule    the GradScaler's scale fell below 1, or its last kCollapseRun or more
+//                      updates all found inf after a clean one -> loss_scaling (high,
+//                      loss_scale_collapse).
 // NaN/Inf that merely propagated (nonfinite_from_finite == 0) never yields a recommendation;
 // a layer with a pin or fix gets no `watch` on top.
 
@@ -137,6 +138,9 @@ void lowp_op_rule(const Report& r, Findings& out) {
   for (const Layer& layer : r.layers) {
     for (const OpRecord& op : layer.ops) {
       if (dtype_name(op.compute_dtype) != lowp || op.nonfinite_from_finite <= 0) continue;
+      // Gradients overflowing under a GradScaler are what it exists for: it skips those steps
+      // and backs off (loss_scale_rule speaks if that never ends).
+      if (op.phase == "backward" && !r.loss_scale.empty()) continue;
       if (fails_in_fp32_too(r, layer.name, op.op)) continue;  // origin_rule says fix_model
       const bool infs = op.stats.posinf + op.stats.neginf > 0;
       json ev = json::object();
@@ -390,7 +394,10 @@ void loss_scale_rule(const Report& r, Findings& out) {
     tail = p.found_inf ? tail + 1 : 0;
   }
   const double last = r.loss_scale.back().scale;
-  if (!(last < 1.0) && tail < kCollapseRun) return;
+  // A run of skips from the very first update is the scaler backing off from its initial
+  // scale, not a collapse (unless it ends below 1).
+  const auto updates = static_cast<std::int64_t>(r.loss_scale.size());
+  if (!(last < 1.0) && (tail < kCollapseRun || tail == updates)) return;
   json ev = json::object();
   ev["updates"] = static_cast<std::int64_t>(r.loss_scale.size());
   ev["skipped_steps"] = skipped;

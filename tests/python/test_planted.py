@@ -365,3 +365,30 @@ def test_stop_on_nonfinite_from_the_command_line(run_py, tmp_path):
     assert "stopped at the first non-finite value" in res.stderr
     report = json.loads((tmp_path / "out" / "report.json").read_text())
     assert report["run"]["stopped"] == "nonfinite"
+
+
+def test_gradscaler_history_and_skipped_steps_are_recorded():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+    # 2^24 makes the first float16 gradients overflow: the scaler skips and halves.
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 24, growth_interval=2)
+    x = torch.randn(4, 8)
+    oracle = []
+    with ampscope.profile(model=m, out=None) as prof:
+        for _ in range(12):
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = m(x).float().pow(2).mean()
+            opt.zero_grad()
+            before = scaler.get_scale()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            oracle.append((scaler.get_scale(), scaler.get_scale() < before))
+    r = prof.report
+    assert [(p["scale"], p["found_inf"]) for p in r["loss_scale"]] == oracle
+    assert [p["step"] for p in r["loss_scale"]] == list(range(12))  # skipped steps end too
+    assert r["run"]["steps"] == 12
+    assert any(f for _, f in oracle) and not all(f for _, f in oracle)
+    # The backoff is the scaler doing its job: no pins, no collapse.
+    assert pins(r) == [] and not recs(r, "loss_scaling")
