@@ -7,6 +7,7 @@
 #include <ampscope/reports/recommend.h>
 #include <ampscope/reports/report.h>
 #include <ampscope/reports/report_json.h>
+#include <ampscope/reports/summary.h>
 #include <ampscope/reports/what_if.h>
 
 #include <cmath>
@@ -413,4 +414,19 @@ TEST(WhatIf, TensorsAlreadyInTheFormatAreNotCounted) {
   EXPECT_EQ(what_if_verdict(rows[0], 1), "overflow");
   OpRecord i = op("aten::argmax", "forward", "int64");
   EXPECT_TRUE(what_if(run("float16", {layer("k", {i})})).empty());
+}
+
+// --- the summary shows each finding's key evidence
+
+TEST(Summary, NewFindingsShowTheirEvidence) {
+  OpRecord g = op("AddmmBackward0", "backward", "float32");
+  g.stats = fp32_grads(950, 50, -27);
+  OpRecord h = op("aten::linear", "forward", "float16");
+  h.absmax_by_step = series(10, 3.0, 1.0);
+  Report r = run("float16", {layer("head", {g}), layer("ffn.wo", {h})});
+  r.recommendations = recommend(r);
+  const std::string s = render_summary(r);
+  EXPECT_NE(s.find("5% of gradient values underflow/subnormal in float16, suggested loss scale"),
+            std::string::npos) << s;
+  EXPECT_NE(s.find("x2/step, overflow ~step 13"), std::string::npos) << s;
 }

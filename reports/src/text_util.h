@@ -142,6 +142,36 @@ inline std::string key_evidence(const Recommendation& rec) {
       add(s);
     }
   }
+  if (auto it = ev.find("gradients"); it != ev.end() && it->is_object()) {
+    double share = 0, scale = 0;
+    std::string s;
+    if (get_num(*it, "share_lost", &share))
+      s = fmt::format("{:.3g}% of gradient values underflow/subnormal in {}", 100 * share, get_str(*it, "format"));
+    if (get_num(*it, "suggested_scale", &scale)) s += ", suggested loss scale " + number(scale);
+    add(s);
+  }
+  if (auto it = ev.find("loss_scale"); it != ev.end() && it->is_object()) {
+    double skipped = 0, updates = 0, final_scale = 0;
+    if (get_num(*it, "skipped_steps", &skipped) && get_num(*it, "updates", &updates) &&
+        get_num(*it, "final_scale", &final_scale))
+      add(fmt::format("{} of {} steps skipped, final scale {}", number(skipped), number(updates), number(final_scale)));
+  }
+  for (const char* key : {"headroom", "shadow"}) {
+    auto it = ev.find(key);
+    if (it == ev.end() || !it->is_array()) continue;
+    for (const auto& op : *it) {
+      if (!op.is_object()) continue;
+      std::string s = get_str(op, "op");
+      double a = 0, b = 0;
+      if (get_num(op, "absmax", &a) && get_num(op, "format_max", &b))
+        s += ", absmax " + number(a) + " (max " + number(b) + ")";
+      if (get_num(op, "growth_binades_per_step", &a) && a > 0) s += fmt::format(", x{:.3g}/step", std::exp2(a));
+      if (get_num(op, "projected_overflow_step", &a)) s += ", overflow ~step " + number(a);
+      if (get_num(op, "max_rel_err", &a)) s += fmt::format(", rel err {:.3g}", a);
+      if (get_num(op, "min_cosine", &a)) s += fmt::format(", cosine {:.6g}", a);
+      add(s);
+    }
+  }
   return out;
 }
 
