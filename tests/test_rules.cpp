@@ -284,18 +284,47 @@ TEST(LossScale, TrailingRunOfSkippedStepsIsCollapse) {
   EXPECT_EQ(recs[0].evidence["loss_scale"]["trailing_found_inf"], 5);
 }
 
-TEST(LossScale, BackwardOverflowUnderAGradScalerIsNotPinned) {
+TEST(LossScale, BackwardOverflowIsNeverAPin) {
   OpRecord g = op("aten::sum", "backward", "float16");  // e.g. a broadcast bias gradient
   g.nonfinite_from_finite = 2;
   g.first_nonfinite_step = 0;
   g.stats.posinf = 3;
-  Report without = run("float16", {layer("fc", {g})});
-  auto recs = recommend(without);
-  ASSERT_EQ(recs.size(), 1u);  // no scaler: the float16 gradient overflow is a pin
-  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"overflow_float16"});
-  Report with = without;
-  with.loss_scale = {{0, 65536.0, true}, {1, 32768.0, false}};
-  EXPECT_TRUE(recommend(with).empty());
+  Report r = run("float16", {layer("fc", {g})});
+  EXPECT_TRUE(recommend(r).empty());
+}
+
+NonFiniteEvent backward_origin(const std::string& dtype) {
+  NonFiniteEvent e;
+  e.step = 2;
+  e.phase = "backward";
+  e.layer = "fc2";
+  e.op = "AddmmBackward0";
+  e.kind = "inf";
+  e.compute_dtype = dtype;
+  return e;
+}
+
+TEST(LossScale, BackwardOriginInFloat16AsksForLossScalingNotPins) {
+  Report r = run("float16", {layer("fc2", {op("AddmmBackward0", "backward", "float16")})});
+  r.first_nonfinite = backward_origin("float16");
+  auto recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].action, "loss_scaling");
+  EXPECT_EQ(recs[0].severity, "critical");
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"grad_overflow_float16"});
+  EXPECT_EQ(recs[0].evidence["first_nonfinite"]["op"], "AddmmBackward0");
+  // Under a GradScaler the overflow is its business.
+  r.loss_scale = {{0, 65536.0, true}, {1, 32768.0, false}};
+  EXPECT_TRUE(recommend(r).empty());
+}
+
+TEST(LossScale, BackwardOriginInFloat32IsAModelBug) {
+  Report r = run("float16", {});
+  r.first_nonfinite = backward_origin("float32");
+  auto recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].action, "fix_model");
+  EXPECT_EQ(recs[0].layer, "fc2");
 }
 
 TEST(LossScale, OrdinaryBackoffIsNothing) {

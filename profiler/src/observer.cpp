@@ -7,6 +7,7 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
+#include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/graph_task.h>
 
 #include <cstring>
@@ -86,6 +87,13 @@ struct Call : at::ObserverContext {
   Stats stats;                      ///< backward: incoming gradients, taken at start
 };
 
+/// An autograd node whose incoming gradients were finite, remembered under each node its
+/// outputs flow into: if that consumer then receives NaN/Inf, this node made it.
+struct Producer {
+  OpKey key;
+  std::int64_t step = 0;
+};
+
 struct ThreadState {
   std::uint64_t generation = ~std::uint64_t{0};
   int depth = 0;
@@ -98,6 +106,8 @@ struct ThreadState {
   std::uint64_t ring_tid = ~std::uint64_t{0};
   std::unordered_map<const char*, OpInfo> by_pointer;   // dispatcher names are stable pointers
   std::unordered_map<std::string, OpInfo> by_name;      // autograd node names are not
+  int graph_task = -2;                                  // the backward pass `producers` is of
+  std::unordered_map<const void*, Producer> producers;  // consumer node -> its producer
 };
 
 thread_local ThreadState tls;
@@ -222,6 +232,37 @@ void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call)
   }
 }
 
+void record_backward_origin(const Producer& p, const Stats& received, std::int8_t dtype);
+
+/// Backward origins: RecordFunction never shows a node's outputs, but they are the next nodes'
+/// inputs. Until the run's first NaN/Inf, each node with finite incoming gradients is
+/// remembered under the nodes its outputs flow into (its next edges); a node receiving NaN/Inf
+/// then names its producer as the origin.
+void track_backward_origin(ThreadState& t, const Call& call) {
+  if (global().have_first_nonfinite.load(std::memory_order_acquire)) return;
+  const int task = torch::autograd::get_current_graph_task_id();
+  if (task != t.graph_task) {
+    t.graph_task = task;
+    t.producers.clear();
+  }
+  auto node = torch::autograd::get_current_node();
+  if (!node) return;
+  if (call.stats.nonfinite() > 0) {
+    auto it = t.producers.find(node.get());
+    if (it != t.producers.end()) record_backward_origin(it->second, call.stats, call.input_dtype);
+    return;
+  }
+  Producer p;
+  p.key.layer = call.layer;
+  p.key.op = call.info->id;
+  p.key.phase = Phase::kBackward;
+  p.key.input_dtype = p.key.compute_dtype = p.key.output_dtype = call.input_dtype;
+  p.step = call.step;
+  for (const auto& edge : node->next_edges()) {
+    if (edge.function) t.producers[edge.function.get()] = p;
+  }
+}
+
 void start_backward_top(ThreadState& t, const at::RecordFunction& fn, Call& call) {
   call.phase = Phase::kBackward;
   call.node = true;
@@ -233,6 +274,7 @@ void start_backward_top(ThreadState& t, const at::RecordFunction& fn, Call& call
   auto inputs = fn.inputs();  // the gradients flowing into the node: valid only here
   call.input_dtype = floating_dtype(inputs);
   call.stats = stats_of(inputs);
+  track_backward_origin(t, call);
 }
 
 /// The autograd engine wraps each node in an "autograd::engine::evaluate_function: <Node>"
@@ -372,6 +414,33 @@ bool wants_shadow(const Call& call, const OpKey& key, const OpAggregate& agg, Th
   std::lock_guard<std::mutex> lock(t.table->mu);
   auto it = t.table->entries.find(key);
   return it == t.table->entries.end() || it->second.shadow_step != call.step;
+}
+
+void record_backward_origin(const Producer& p, const Stats& received, std::int8_t dtype) {
+  auto& g = global();
+  NonFiniteRecord rec;
+  rec.step = p.step;
+  rec.phase = Phase::kBackward;
+  rec.layer = p.key.layer;
+  rec.op = g.ops.name(p.key.op);
+  rec.nan = received.nan > 0;
+  rec.inputs_finite = true;
+  rec.compute_dtype = dtype;  // the dtype its output gradient arrived in
+  rec.output_stats = received;
+  {
+    std::lock_guard<std::mutex> lock(g.records_mu);
+    if (g.first_nonfinite) return;
+    g.first_nonfinite = std::move(rec);
+    g.have_first_nonfinite.store(true, std::memory_order_release);
+  }
+  // The producer's own entry (already in this thread's table) counts the call as an origin.
+  auto& t = tls;
+  std::lock_guard<std::mutex> lock(t.table->mu);
+  auto it = t.table->entries.find(p.key);
+  if (it != t.table->entries.end()) {
+    ++it->second.nonfinite_from_finite;
+    if (it->second.first_nonfinite_step < 0) it->second.first_nonfinite_step = p.step;
+  }
 }
 
 void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {

@@ -5,7 +5,9 @@
 //
 //   origin_rule        first_nonfinite came from finite inputs -> pin_fp32 (critical,
 //                      nonfinite_origin), or fix_model (critical, nonfinite_in_fp32) when the FP32
-//                      re-check was also non-finite or the op already computed in float32/64.
+//                      re-check was also non-finite or the op already computed in float32/64;
+//                      in backward -> loss_scaling (critical, grad_overflow_<format>) unless
+//                      a GradScaler ran, or fix_model for a float32 gradient.
 //   lowp_op_rule       an op computing in the run's low-precision dtype produced NaN/Inf from
 //                      finite inputs -> pin_fp32 (high, overflow_<format> | nonfinite_lowp).
 //   precision_loss_rule  --shadow re-checks of an op erred beyond kPrecisionLossRelErr or below
@@ -116,6 +118,24 @@ void origin_rule(const Report& r, Findings& out) {
   Finding f;
   f.layer = e.layer;
   f.severity = "critical";
+  if (e.phase == "backward") {
+    // A gradient that overflowed: pinning one layer only moves the overflow to the next one
+    // down; the gradients' scale is what is wrong. Under a GradScaler that is its job (it
+    // skips the step and backs off), so only a run without one gets the finding.
+    // A float32 gradient going non-finite from finite ones (sqrt at 0, ...) is a model bug.
+    Format fmt;
+    if (dtypes::as_format(e.compute_dtype, &fmt)) {
+      if (!r.loss_scale.empty()) return;
+      f.action = "loss_scaling";
+      f.reasons = {"grad_overflow_" + dtype_name(e.compute_dtype)};
+    } else {
+      f.action = "fix_model";
+      f.reasons = {"nonfinite_in_fp32"};
+    }
+    f.evidence["first_nonfinite"] = std::move(origin);
+    out.push_back(std::move(f));
+    return;
+  }
   // Already computed in float32 or wider: pinning to float32 changes nothing, so it is a
   // model bug even when the re-check could not run.
   const std::string cd = dtype_name(e.compute_dtype);
@@ -138,9 +158,9 @@ void lowp_op_rule(const Report& r, Findings& out) {
   for (const Layer& layer : r.layers) {
     for (const OpRecord& op : layer.ops) {
       if (dtype_name(op.compute_dtype) != lowp || op.nonfinite_from_finite <= 0) continue;
-      // Gradients overflowing under a GradScaler are what it exists for: it skips those steps
-      // and backs off (loss_scale_rule speaks if that never ends).
-      if (op.phase == "backward" && !r.loss_scale.empty()) continue;
+      // Gradients that overflow are a matter of scale, not of one layer's precision
+      // (origin_rule and the GradScaler deal with them): never a pin.
+      if (op.phase == "backward") continue;
       if (fails_in_fp32_too(r, layer.name, op.op)) continue;  // origin_rule says fix_model
       const bool infs = op.stats.posinf + op.stats.neginf > 0;
       json ev = json::object();

@@ -392,3 +392,40 @@ def test_gradscaler_history_and_skipped_steps_are_recorded():
     assert any(f for _, f in oracle) and not all(f for _, f in oracle)
     # The backoff is the scaler doing its job: no pins, no collapse.
     assert pins(r) == [] and not recs(r, "loss_scaling")
+
+
+class BackwardOverflow(torch.nn.Module):
+    """fc2's weights are large: the forward stays in range, but the gradient fc2 sends back
+    (grad @ W2) passes 65504 in its float16 backward matmul."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1 = torch.nn.Linear(D, HIDDEN)
+        self.act = torch.nn.ReLU()
+        self.fc2 = torch.nn.Linear(HIDDEN, CLASSES)
+        with torch.no_grad():
+            self.fc1.weight.mul_(1e-3)
+            self.fc1.bias.zero_()
+            self.fc2.weight.mul_(300.0)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def test_gradient_overflow_in_backward_is_found_and_not_pinned():
+    model = BackwardOverflow()
+    x, _ = batch()
+    with ampscope.profile(model=model, out=None) as prof:
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = model(x)
+        assert torch.isfinite(out).all()
+        (out.float().sum() * 100.0).backward()
+    assert not torch.isfinite(model.fc1.weight.grad).all()  # the planted overflow is real
+    r = prof.report
+    e = r["first_nonfinite"]
+    assert (e["layer"], e["phase"], e["op"], e["step"]) == ("fc2", "backward", "AddmmBackward0", 0)
+    assert e["inputs_finite"] is True and e["compute_dtype"] == "float16"
+    assert pins(r) == []
+    [ls] = [x for x in recs(r, "loss_scaling") if "grad_overflow_float16" in x["reasons"]]
+    assert ls["layer"] == "fc2" and ls["severity"] == "critical"
