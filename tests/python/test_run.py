@@ -36,3 +36,32 @@ def test_run_python_script_and_exit_code(cli, tmp_path):
 def test_run_bad_usage(cli, args):
     res = cli(*args)
     assert res.returncode == 2 and res.stderr.startswith("ampscope: error: ")
+
+
+def test_run_passes_shadow_and_stop_on_nonfinite_to_python(cli, tmp_path):
+    import sys
+    script = tmp_path / "s.py"
+    script.write_text(textwrap.dedent("""
+        import torch
+        m = torch.nn.Linear(4, 4)
+        for step in range(3):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                y = m(torch.ones(2, 4))
+            if step == 1:
+                torch.log(y.float() * 0 - 1)  # NaN from finite inputs
+            torch.optim.SGD(m.parameters(), lr=0.0).step()
+        print("finished")
+    """))
+    out = tmp_path / "out"
+    res = cli("run", "--out", out, "--shadow", "--stop-on-nonfinite", "--", sys.executable, script)
+    assert res.returncode == 3, res.stderr
+    assert "finished" not in res.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert report["run"]["shadow"] is True and report["run"]["stopped"] == "nonfinite"
+    [linear] = [o for l in report["layers"] for o in l["ops"] if o["op"] == "aten::linear"]
+    assert linear["compute_dtype"] == "bfloat16" and linear["shadow"]["checks"] >= 1
+
+
+def test_run_stop_on_nonfinite_needs_python(cli, tmp_path):
+    res = cli("run", "--stop-on-nonfinite", "--", "true")
+    assert res.returncode == 2 and res.stderr.startswith("ampscope: error: ")

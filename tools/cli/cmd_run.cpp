@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -19,7 +20,7 @@ extern char** environ;
 namespace ampscope::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: ampscope run [--out DIR] [--every N] -- CMD ARGS...
+constexpr const char* kHelp = R"(usage: ampscope run [--out DIR] [--every N] [--shadow] [--stop-on-nonfinite] -- CMD ARGS...
 
 Runs a command under the profiler and writes DIR/report.json, report.html and
 precision_map.json (default DIR: ampscope-out). Exits with the command's exit code.
@@ -30,8 +31,10 @@ precision_map.json (default DIR: ampscope-out). Exits with the command's exit co
                           exits normally. Its ops land in "<outside>" unless its modules use
                           ampscope::LayerScope (see the README).
 
-  --out DIR    output folder
-  --every N    record every N-th step only
+  --out DIR              output folder
+  --every N              record every N-th step only
+  --shadow               re-check low-precision ops in float32 (see python -m ampscope --help)
+  --stop-on-nonfinite    Python scripts: stop at the first NaN/Inf, write the report, exit 3
 )";
 
 std::string install_dir() {
@@ -72,7 +75,8 @@ bool is_python(const std::string& program) {
 
 }  // namespace
 
-int run_profiled(const std::vector<std::string>& rest, const std::string& out, int every) {
+int run_profiled(const std::vector<std::string>& rest, const std::string& out, int every,
+                 const std::vector<std::string>& python_flags) {
   const char* prev = std::getenv("LD_PRELOAD");
   const std::string prev_preload = prev ? prev : "";
   std::string prefix = install_dir();
@@ -81,6 +85,7 @@ int run_profiled(const std::vector<std::string>& rest, const std::string& out, i
     std::string pkg = reports::join_path(prefix, "python");
     ::setenv("PYTHONPATH", prepend_env("PYTHONPATH", pkg).c_str(), 1);
     cmd = {rest[0], "-m", "ampscope", "--out", out, "--every", std::to_string(every)};
+    cmd.insert(cmd.end(), python_flags.begin(), python_flags.end());
     cmd.insert(cmd.end(), rest.begin() + 1, rest.end());
   } else {
     std::string lib = reports::join_path(reports::join_path(prefix, "lib"), "libampscope_preload.so");
@@ -88,6 +93,8 @@ int run_profiled(const std::vector<std::string>& rest, const std::string& out, i
     ::setenv("LD_PRELOAD", prepend_env("LD_PRELOAD", lib).c_str(), 1);
     ::setenv("AMPSCOPE_OUT", out.c_str(), 1);
     ::setenv("AMPSCOPE_EVERY", std::to_string(every).c_str(), 1);
+    const bool shadow = std::find(python_flags.begin(), python_flags.end(), "--shadow") != python_flags.end();
+    ::setenv("AMPSCOPE_SHADOW", shadow ? "1" : "0", 1);
     std::string joined;
     for (const auto& s : rest) joined += (joined.empty() ? "" : " ") + s;
     ::setenv("AMPSCOPE_COMMAND", joined.c_str(), 1);
@@ -101,12 +108,19 @@ int run_profiled(const std::vector<std::string>& rest, const std::string& out, i
 }
 
 int cmd_run(const Argv& argv) {
-  Args a(argv, {"--out", "--every"}, {}, "run");
+  Args a(argv, {"--out", "--every"}, {"--shadow", "--stop-on-nonfinite"}, "run");
   if (a.help()) return fmt::print("{}", kHelp), 0;
   if (!a.positional().empty() || a.rest().empty()) {
     throw UsageError("run needs the command after '--' (see ampscope run --help)");
   }
-  return run_profiled(a.rest(), a.value("--out", "ampscope-out"), a.int_value("--every", 1, 1, 1000000));
+  std::vector<std::string> flags;
+  for (const char* f : {"--shadow", "--stop-on-nonfinite"})
+    if (a.flag(f)) flags.push_back(f);
+  if (a.flag("--stop-on-nonfinite") && !is_python(a.rest()[0]))
+    throw UsageError("--stop-on-nonfinite works for Python scripts only; a LibTorch program checks "
+                     "Session::stop_requested() itself");
+  return run_profiled(a.rest(), a.value("--out", "ampscope-out"), a.int_value("--every", 1, 1, 1000000),
+                      flags);
 }
 
 }  // namespace ampscope::cli

@@ -26,6 +26,9 @@ int cmd_verify(const Argv& args);
 /// cannot be started.
 int spawn_and_wait(const std::vector<std::string>& cmd);
 /// Runs `cmd` under the profiler, as `ampscope run` does, writing the reports into `out`.
-int run_profiled(const std::vector<std::string>& cmd, const std::string& out, int every);
+/// `python_flags` (--shadow, --stop-on-nonfinite) go to `python -m ampscope`; --shadow also to
+/// a preloaded LibTorch program.
+int run_profiled(const std::vector<std::string>& cmd, const std::string& out, int every,
+                 const std::vector<std::string>& python_flags = {});
 
 }  // namespace ampscope::cli

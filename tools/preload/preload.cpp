@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string>
 
 namespace {
 
@@ -20,6 +21,7 @@ struct PreloadedSession {
     o.out_dir = out;
     if (const char* every = std::getenv("AMPSCOPE_EVERY")) o.every = std::max(1, std::atoi(every));
     if (const char* cmd = std::getenv("AMPSCOPE_COMMAND")) o.command = cmd;
+    if (const char* shadow = std::getenv("AMPSCOPE_SHADOW")) o.shadow = std::string(shadow) == "1";
     try {
       session = std::make_unique<ampscope::Session>(o);
       session->start();
