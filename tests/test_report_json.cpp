@@ -1,7 +1,6 @@
-// report.json and precision_map.json round trips and reader errors; summary and HTML rendering.
+// report.json and precision_map.json round trips and reader errors; summary rendering.
 #include <gtest/gtest.h>
 
-#include <ampscope/reports/html.h>
 #include <ampscope/reports/precision_map.h>
 #include <ampscope/reports/recommend.h>
 #include <ampscope/reports/report.h>
@@ -603,54 +602,7 @@ TEST_F(PrecisionMapFile, Errors) {
   expect_error([&] { read_precision_map(nopins); }, "precision_map.type", {nopins, "pin_fp32"});
 }
 
-// ============================================================================= HTML
-
-TEST(Html, Escape) {
-  EXPECT_EQ(html_escape("a<b>&\"c'"), "a&lt;b&gt;&amp;&quot;c&#39;");
-  EXPECT_EQ(html_escape("plain.name_1"), "plain.name_1");
-  EXPECT_EQ(html_escape(""), "");
-  EXPECT_EQ(html_escape("</script>"), "&lt;/script&gt;");
-}
-
-TEST(Html, HostileNamesAreEscaped) {
-  const std::string img = "<img src=x onerror=alert(1)>";
-  const std::string script = "</script><script>alert(\"x\")</script>";
-  Report r = sample_report();
-  r.run.command = "python " + img;
-  r.run.device = script;
-  r.run.notes = {img};
-  r.layers[0].name = img;
-  r.layers[0].type = script;
-  r.layers[0].ops[0].op = script;
-  r.layers[0].ops[0].input_dtype = "'\"><b>";
-  r.layers[0].params[0].name = img + ".weight";
-  r.first_nonfinite->layer = img;
-  r.first_nonfinite->op = script;
-  r.recommendations[0].layer = img;
-  r.recommendations[0].reasons = {script};
-  r.recommendations[0].evidence = json{{"op", img}, {"note", script}};
-  const std::string html = render_html(r);
-  EXPECT_EQ(html.find("<img"), std::string::npos);
-  EXPECT_EQ(html.find("</script"), std::string::npos);
-  EXPECT_EQ(html.find("<script"), std::string::npos);
-  EXPECT_EQ(html.find("<b>"), std::string::npos);
-  EXPECT_NE(html.find("&lt;img src=x onerror=alert(1)&gt;"), std::string::npos);
-  // Self-contained: no external references.
-  EXPECT_EQ(html.find("http://"), std::string::npos);
-  EXPECT_EQ(html.find("https://"), std::string::npos);
-  EXPECT_EQ(html.find("src="), html.find("src=x"));  // only the escaped hostile text
-}
-
-TEST(Html, CompleteDocument) {
-  const std::string html = render_html(sample_report());
-  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
-  EXPECT_NE(html.find("</html>"), std::string::npos);
-  EXPECT_NE(html.find("<style>"), std::string::npos);
-  for (const char* s : {"blocks.3.ffn.wo", "aten::linear", "AddmmBackward0", "blocks.3.ffn.wo.weight",
-                        "pin_fp32", "nonfinite_origin", "Loss scale", "65536", "lower_precision",
-                        "first non-finite: step 17"})
-    EXPECT_NE(html.find(s), std::string::npos) << s;
-}
+// The HTML writer is tested in test_html.cpp (and in a browser: tests/python/test_html_browser.py).
 
 // ============================================================================= summary
 

@@ -7,7 +7,9 @@ set -euo pipefail
 
 TORCH_VERSION="${AMPSCOPE_TORCH_VERSION:-2.11.0}"
 PYTHON="${PYTHON:-python3}"
-APT_PACKAGES=(cmake ninja-build ccache g++ make nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev)
+# chromium + chromium-driver: the HTML report's browser test (headless, tests/python/test_html_browser.py).
+APT_PACKAGES=(cmake ninja-build ccache g++ make nlohmann-json3-dev libfmt-dev libgtest-dev libgmock-dev
+              chromium chromium-driver)
 
 log() { echo "[install-deps] $*"; }
 
@@ -29,9 +31,11 @@ if [ "$have_torch" != "$TORCH_VERSION" ]; then
   log "pip: installing torch==$TORCH_VERSION (found: ${have_torch:-none}); this is a large download"
   "$PYTHON" -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
 fi
-# Test-only packages: real models nobody here wrote (no weights are downloaded).
+# Test-only packages: real models nobody here wrote (no weights are downloaded); selenium drives
+# the Debian chromium for the HTML report's browser test.
 # module:requirement pairs; torchvision is pinned to the release built for torch 2.11.0.
-for pair in numpy:numpy pytest:pytest torchvision:torchvision==0.26.0 transformers:transformers==5.24.0; do
+for pair in numpy:numpy pytest:pytest torchvision:torchvision==0.26.0 transformers:transformers==5.24.0 \
+            selenium:selenium==4.51.0; do
   mod=${pair%%:*}; req=${pair#*:}
   "$PYTHON" -c "import $mod" 2>/dev/null || {
     log "pip: installing $req"

@@ -1,0 +1,263 @@
+// Static sections of the HTML report: run summary, verdict banner, per-rank events,
+// recommendations, the layer table's controls and the histogram containers. Every model string
+// is escaped here; the interactive parts are filled in by the page's script.
+
+#include <ampscope/reports/html.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "dtypes.h"
+#include "html_detail.h"
+#include "text_util.h"
+
+namespace ampscope::reports::detail {
+namespace {
+
+using text::number;
+
+std::string esc(const std::string& s) { return html_escape(s); }
+
+/// A link that the script turns into "reveal this layer in the table".
+std::string layer_link(const std::string& layer) {
+  return "<a class=\"goto\" href=\"#layers\" data-layer=\"" + esc(layer) + "\"><code>" +
+         esc(text::layer_label(layer)) + "</code></a>";
+}
+
+void kv(std::string& out, const std::string& k, const std::string& v_html) {
+  out += "<div><span class=\"k\">" + k + "</span><span class=\"v\">" + v_html + "</span></div>";
+}
+
+struct Totals {
+  std::int64_t entries = 0, calls = 0, nonfinite = 0, origins = 0;
+};
+
+Totals totals(const Report& r) {
+  Totals t;
+  for (const Layer& l : r.layers) {
+    for (const OpRecord& op : l.ops) {
+      ++t.entries;
+      t.calls += op.calls;
+      t.nonfinite += op.stats.nonfinite();
+      t.origins += op.nonfinite_from_finite;
+    }
+  }
+  return t;
+}
+
+const Recommendation* rec_for(const Report& r, const std::string& layer) {
+  for (const Recommendation& rec : r.recommendations)
+    if (rec.layer == layer) return &rec;
+  return nullptr;
+}
+
+bool has_reason_prefix(const Report& r, const std::string& prefix) {
+  for (const Recommendation& rec : r.recommendations)
+    for (const std::string& code : rec.reasons)
+      if (code.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+void summary_section(const Report& r, std::string& out) {
+  const RunInfo& run = r.run;
+  const Totals t = totals(r);
+  out += "<section id=\"summary\"><h1>Precision report</h1>\n";
+  if (!run.command.empty()) out += "<p class=\"cmd\"><code>" + esc(run.command) + "</code></p>\n";
+  out += "<div class=\"kv\">";
+  kv(out, "Autocast", esc(run.autocast_dtype.empty() ? "off" : dtypes::bare(run.autocast_dtype)));
+  kv(out, "Device", esc(run.device));
+  kv(out, "Steps", esc(std::to_string(run.steps)) + (run.every > 1 ? fmt::format(" (stats every {})", run.every) : ""));
+  kv(out, "Layers", std::to_string(r.layers.size()));
+  kv(out, "Op entries", fmt::format("{} ({} calls)", t.entries, t.calls));
+  kv(out, "NaN/Inf values", std::to_string(t.nonfinite));
+  kv(out, "Ranks", run.world_size > 1 ? std::to_string(run.world_size) : std::string("1"));
+  kv(out, "Duration", esc(number(run.duration_s)) + " s");
+  kv(out, "torch", esc(run.torch_version));
+  kv(out, "Started", esc(run.started));
+  kv(out, "FP32 shadow", run.shadow ? "on" : "off");
+  if (!run.stopped.empty()) kv(out, "Stopped early", esc(run.stopped));
+  out += "</div>\n";
+  if (!run.notes.empty()) {
+    out += "<ul class=\"notes\">";
+    for (const std::string& n : run.notes) out += "<li>" + esc(n) + "</li>";
+    out += "</ul>\n";
+  }
+  out += "</section>\n";
+}
+
+namespace {
+
+/// The one-line diagnosis under the verdict: precision problem, model bug, gradient scale, ...
+std::string diagnosis(const Report& r, const NonFiniteEvent& e) {
+  std::string low = e.compute_dtype.empty() ? "low precision" : dtypes::bare(e.compute_dtype);
+  if (!e.inputs_finite)
+    return "<b>Propagated.</b> The op's inputs were already non-finite; its origin was not seen.";
+  if (e.fp32_also_nonfinite && *e.fp32_also_nonfinite)
+    return "<b>Model bug, not a precision problem.</b> Re-run in float32 the op is non-finite "
+           "too (e.g. log(0), 0/0, exp of a huge value): fix the model, pinning will not help.";
+  if (e.phase == "backward" && has_reason_prefix(r, "grad_overflow_"))
+    return "<b>Gradient overflow.</b> A backward node overflowed " + esc(low) +
+           ": the loss scale is too large (or missing a GradScaler); pinning would only move it.";
+  std::string s = "<b>Precision problem.</b> ";
+  if (!e.fp32_also_nonfinite) return s + "The op computed in " + esc(low) + "; the float32 re-check did not run.";
+  s += "The same call re-run in float32 was finite";
+  if (e.fp32_check && std::isfinite(e.fp32_check->fp32_absmax)) {
+    s += " (float32 absmax " + esc(number(e.fp32_check->fp32_absmax));
+    Format f;
+    if (dtypes::as_format(e.compute_dtype, &f))
+      s += ", " + esc(dtypes::bare(e.compute_dtype)) + " max " + esc(number(format_max(f)));
+    s += ")";
+  }
+  return s + ".";
+}
+
+void verdict_clean(const Report& r, std::string& out) {
+  const bool advice = !r.recommendations.empty();
+  out += std::string("<section id=\"verdict\" class=\"banner ") + (advice ? "warn" : "clean") + "\">";
+  out += "<div class=\"icon\">" + std::string(advice ? "!" : "✓") + "</div><div>";
+  out += "<h2>Clean: no NaN or Inf in " + std::to_string(r.run.steps) + " step(s)</h2>";
+  out += advice ? fmt::format("<p>but {} recommendation(s) below: see why.</p>", r.recommendations.size())
+                : "<p>No layer needs a precision change.</p>";
+  out += "</div></section>\n";
+}
+
+}  // namespace
+
+void verdict_section(const Report& r, std::string& out) {
+  if (!r.first_nonfinite) return verdict_clean(r, out);
+  const NonFiniteEvent& e = *r.first_nonfinite;
+  out += "<section id=\"verdict\" class=\"banner bad\"><div class=\"icon\">✕</div><div>";
+  out += fmt::format("<h2>First non-finite value ({}) at step {}</h2>", esc(e.kind), e.step);
+  out += "<p class=\"where\">layer " + layer_link(e.layer) + " · op <code>" + esc(e.op) + "</code> · " +
+         esc(e.phase) + " pass";
+  if (!e.compute_dtype.empty()) out += " · computed in " + esc(dtypes::bare(e.compute_dtype));
+  if (r.run.world_size > 1) out += " · rank " + std::to_string(e.rank);
+  out += "</p><p class=\"diag\">" + diagnosis(r, e) + "</p>";
+  if (const Recommendation* rec = rec_for(r, e.layer))
+    out += "<p class=\"action\">→ <code>" + esc(rec->action) + "</code> " + layer_link(rec->layer) + "</p>";
+  if (e.output_stats) {
+    const Stats& s = *e.output_stats;
+    out += fmt::format("<p class=\"muted\">Its output: {} values, {} NaN, {} +Inf, {} −Inf, finite absmax {}.</p>",
+                       s.count, s.nan, s.posinf, s.neginf, esc(number(s.absmax)));
+  }
+  out += "</div></section>\n";
+}
+
+namespace {
+
+std::string event_cells(const NonFiniteEvent& e) {
+  const std::string recheck = !e.fp32_also_nonfinite ? "not run" : *e.fp32_also_nonfinite ? "also non-finite" : "finite";
+  return fmt::format("<td class=\"n\">{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>",
+                     e.step, esc(e.phase), layer_link(e.layer), esc(e.op), esc(e.kind), recheck);
+}
+
+}  // namespace
+
+void ranks_section(const Report& r, std::string& out) {
+  if (r.run.world_size <= 1 && r.first_nonfinite_by_rank.empty()) return;
+  out += "<section id=\"ranks\"><h2>Ranks</h2>\n<div class=\"controls\"><label>Rank "
+         "<select id=\"rank-select\"><option value=\"\">all (earliest)</option>";
+  for (int k = 0; k < r.run.world_size; ++k) out += fmt::format("<option value=\"{0}\">{0}</option>", k);
+  out += "</select></label> <span id=\"rank-detail\" class=\"rank-detail\"></span></div>\n";
+  std::set<int> seen;
+  if (!r.first_nonfinite_by_rank.empty()) {
+    out += "<table class=\"grid\" id=\"rank-table\"><thead><tr><th>Rank</th><th>Step</th><th>Phase</th>"
+           "<th>Layer</th><th>Op</th><th>Kind</th><th>FP32 re-check</th></tr></thead><tbody>";
+    for (const NonFiniteEvent& e : r.first_nonfinite_by_rank) {
+      seen.insert(e.rank);
+      out += fmt::format("<tr data-rank=\"{0}\"><td class=\"n\">{0}</td>", e.rank) + event_cells(e) + "</tr>";
+    }
+    out += "</tbody></table>\n";
+  }
+  const int clean = r.run.world_size - static_cast<int>(seen.size());
+  if (clean > 0) out += fmt::format("<p class=\"muted\">{} of {} rank(s) saw no non-finite value.</p>\n", clean, r.run.world_size);
+  out += "</section>\n";
+}
+
+void recommendations_section(const Report& r, std::string& out) {
+  out += "<section id=\"recommendations\"><h2>Recommendations</h2>\n";
+  if (r.recommendations.empty()) {
+    out += "<p class=\"muted\">None: nothing in this run needs a precision change.</p></section>\n";
+    return;
+  }
+  out += "<table class=\"grid recs\"><thead><tr><th>#</th><th>Severity</th><th>Action</th><th>Layer</th>"
+         "<th>Why</th><th>Evidence</th></tr></thead><tbody>\n";
+  int rank = 0;
+  for (const Recommendation& rec : r.recommendations) {
+    std::string reasons;
+    for (const std::string& code : rec.reasons) reasons += "<code class=\"code\">" + esc(code) + "</code> ";
+    out += fmt::format("<tr><td class=\"n\">{}</td><td><span class=\"sev sev-{}\">{}</span></td>", ++rank,
+                       esc(rec.severity), esc(rec.severity));
+    out += "<td><code class=\"act act-" + esc(rec.action) + "\">" + esc(rec.action) + "</code></td><td>" +
+           layer_link(rec.layer) + "</td><td>" + reasons + "</td><td>" + esc(text::key_evidence(rec)) +
+           "<details><summary>all evidence</summary><pre>" +
+           esc(rec.evidence.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)) +
+           "</pre></details></td></tr>\n";
+  }
+  out += "</tbody></table>\n";
+  for (const Recommendation& rec : r.recommendations) {
+    if (rec.action != "pin_fp32") continue;
+    out += "<p class=\"hint\">Apply the pins: <code>ampscope map report.json -o precision_map.json</code>, "
+           "then re-run with <code>--map precision_map.json</code> (or <code>ampscope verify</code>).</p>\n";
+    break;
+  }
+  out += "</section>\n";
+}
+
+namespace {
+
+std::string format_select() {
+  std::string s = "<label>Ranges against <select class=\"fmt-select\">";
+  for (int i = 0; i < kNumFormats; ++i)
+    s += fmt::format("<option value=\"{}\">{}</option>", i, format_name(static_cast<Format>(i)));
+  return s + "</select></label>";
+}
+
+}  // namespace
+
+void layers_section(const Report& r, std::string& out) {
+  out += "<section id=\"layers\"><h2>Layers</h2>\n<p class=\"hint\">Module tree, collapsed: "
+         "▸ opens a module's children, a name opens its ops (written → computed → returned dtype, "
+         "autocast class, casts) and their exponent histograms. Click a column to sort, type to "
+         "filter.</p>\n<div class=\"controls\"><input type=\"search\" id=\"layer-filter\" "
+         "placeholder=\"Filter: layer, type or op\" aria-label=\"Filter layers\"> <label><input "
+         "type=\"checkbox\" id=\"layer-findings\"> only layers with findings</label> <button "
+         "type=\"button\" id=\"expand-all\">Expand all</button> <button type=\"button\" "
+         "id=\"collapse-all\">Collapse all</button> " + format_select() +
+         " <span id=\"layer-count\" class=\"muted\"></span></div>\n";
+  out += "<div class=\"scroll\"><table class=\"grid layers\" id=\"layer-table\"><thead><tr>";
+  struct Col { const char* key; const char* label; const char* tip; };
+  for (const Col& c : {Col{"name", "Layer", "qualified module name"}, Col{"type", "Type", "module type"},
+                       Col{"entries", "Ops", "distinct op entries"}, Col{"calls", "Calls", "op calls"},
+                       Col{"comp", "Computes in", "compute dtypes of forward ops"},
+                       Col{"casts", "Casts", "casts autocast inserted"},
+                       Col{"nonfinite", "NaN/Inf", "non-finite values in outputs and gradients"},
+                       Col{"origins", "Origins", "calls that made NaN/Inf from finite inputs"},
+                       Col{"absmax", "Act absmax", "largest finite forward output"},
+                       Col{"overflow", "Overflow", "values past the selected format's max"},
+                       Col{"grad", "Grad range", "exponent span of gradients (activation + parameter)"},
+                       Col{"gunder", "Grad underflow", "gradient values that become 0 in the selected format"},
+                       Col{"advice", "Advice", "recommendations for this layer"}}) {
+    out += fmt::format("<th data-key=\"{}\" title=\"{}\" tabindex=\"0\">{}</th>", c.key, c.tip, c.label);
+  }
+  out += "</tr></thead><tbody></tbody></table></div>\n";
+  if (r.layers.empty()) out += "<p class=\"muted\">No layers recorded.</p>\n";
+  out += "<noscript><p>The layer table needs JavaScript; the data is in report.json.</p></noscript>\n";
+  out += "</section>\n";
+}
+
+void histograms_section(const Report&, std::string& out) {
+  out += "<section id=\"histograms\"><h2>Exponent histograms</h2>\n<p class=\"hint\">Nonzero finite "
+         "values by binade floor(log2|x|), counts on a log scale, against the representable "
+         "ranges (normal: dark band, subnormal: light band). Red bins overflow the selected format, "
+         "violet bins underflow to zero, amber bins are subnormal. Per-op histograms open from the "
+         "layer table.</p>\n<div class=\"controls\">" + format_select() + "</div>\n";
+  out += "<div class=\"hists\" id=\"agg-hists\"></div></section>\n";
+}
+
+}  // namespace ampscope::reports::detail
