@@ -409,6 +409,13 @@ TEST(HtmlSections, RecommendationsInRankOrderWithEvidence) {
   EXPECT_NE(html.find("grad_underflow_float16"), std::string::npos);
 }
 
+TEST(HtmlSections, PowersOfTwoReadAsSuperscripts) {
+  EXPECT_EQ(detail::pow2_label(-24), "2⁻²⁴");
+  EXPECT_EQ(detail::pow2_label(0), "2⁰");
+  EXPECT_EQ(detail::pow2_label(15), "2¹⁵");
+  EXPECT_EQ(detail::pow2_label(-130), "2⁻¹³⁰");
+}
+
 TEST(HtmlSections, LossScaleCurveMarksEverySkippedStep) {
   const Report r = base_report();
   const std::string html = render_html(r);
@@ -429,7 +436,7 @@ TEST(HtmlSections, GradientSpansComeFromTheHistograms) {
   const Layer& head = r.layers[3];
   ExpHist g = head.ops[1].stats.exp_hist;
   g.merge(head.params[0].grad.exp_hist);
-  const std::string want = "gradients: 2^" + std::to_string(g.lo()) + " … 2^" + std::to_string(g.hi());
+  const std::string want = "gradients: " + detail::pow2_label(g.lo()) + " … " + detail::pow2_label(g.hi());
   EXPECT_NE(html.find(want), std::string::npos) << want;
   // One row per layer with data (the root has none): 4 labels.
   EXPECT_EQ(count(html, "<text class=\"label\""), 4u);

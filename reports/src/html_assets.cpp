@@ -95,12 +95,14 @@ table.ops th{background:#eef1f4;white-space:nowrap}
 svg.chart{max-width:100%;height:auto;display:block}
 svg text{font:10px system-ui,-apple-system,"Segoe UI",sans-serif;fill:#59636e}
 svg text.label{font:11px ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;fill:#1f2328}
-svg text.sel{font-weight:700;fill:#1f2328}
+svg text.lane{font-size:9px}svg text.sel{font-weight:700;fill:#1a7f37}
+.prop{color:#9a6700}
 .b-normal{fill:#0969da}.b-sub{fill:#d4a72c}.b-over{fill:#cf222e}.b-under{fill:#8250df}
 .z-normal{fill:#eefbf1}.z-sub{fill:#fffbe0}.z-over{fill:#ffebe9}.z-under{fill:#f7ecff}
 .lane-normal{fill:#8c959f}.lane-sub{fill:#d1d9e0}.lane-normal.sel{fill:#1a7f37}.lane-sub.sel{fill:#aceebb}
 .tick{stroke:#d1d9e0;stroke-dasharray:2 3}.base{stroke:#8c959f}
-.spans .band-normal{fill:#dafbe1}.spans .band-sub{fill:#fff8c5}
+.spans .band-normal{fill:#dafbe1;fill-opacity:.75}.spans .band-sub{fill:#fff8c5;fill-opacity:.8}
+.spans .band-under{fill:#f7ecff;fill-opacity:.8}.spans .band-over{fill:#ffebe9;fill-opacity:.8}.spans .stripe{fill:#1f2328;fill-opacity:.035}
 .spans .fwd line{stroke:#0969da}.spans .fwd rect{fill:#0969da}
 .spans .bwd line{stroke:#bc4c00}.spans .bwd rect{fill:#bc4c00}
 .lossscale .scale{fill:none;stroke:#0969da;stroke-width:2}
@@ -109,13 +111,15 @@ svg text.sel{font-weight:700;fill:#1f2328}
 .legend .sw{display:inline-block;width:.9em;height:.9em;border-radius:2px;vertical-align:-.1em;margin:0 .3em 0 .9em}
 .legend .sw:first-child{margin-left:0}
 .sw.fwd{background:#0969da}.sw.bwd{background:#bc4c00}.sw.band-normal{background:#dafbe1;border:1px solid #aceebb}
-.sw.band-sub{background:#fff8c5;border:1px solid #eac54f}.sw.scale{background:#0969da;height:3px}
+.sw.band-sub{background:#fff8c5;border:1px solid #eac54f}
+.sw.band-under{background:#f7ecff;border:1px solid #d8b9ff}.sw.band-over{background:#ffebe9;border:1px solid #ffcecb}.sw.scale{background:#0969da;height:3px}
 .sw.skip{background:#cf222e;border-radius:50%}
 .sw.b-normal{background:#0969da}.sw.b-sub{background:#d4a72c}.sw.b-over{background:#cf222e}.sw.b-under{background:#8250df}
 .wv{font-weight:600;font-size:.82em;padding:0 .45em;border-radius:8px}
 .wv-safe{background:var(--green-bg);color:var(--green)}.wv-overflow{background:var(--red-bg);color:var(--red)}
 .wv-underflow{background:var(--violet-bg);color:var(--violet)}
 .wi{font-size:.8em;font-variant-numeric:tabular-nums;white-space:nowrap}
+.whatif td>b.wv{float:left;margin:.15em .6em .3em 0;min-width:6.4em;text-align:center}
 .rank-detail{font-size:.95em}
 #rank-table tr.sel>td{background:#ddf4ff}
 tr.flash>td{animation:flash 2.5s ease-out}
@@ -170,6 +174,9 @@ const char* html_js() {
   }
   function tip(node, text) { node.appendChild(sv('title', {}, text)); return node; }
   function label(n) { return n === '' ? '(root)' : n; }
+  var SUP = {'-': '\u207B', 0: '\u2070', 1: '\u00B9', 2: '\u00B2', 3: '\u00B3', 4: '\u2074', 5: '\u2075',
+             6: '\u2076', 7: '\u2077', 8: '\u2078', 9: '\u2079'};
+  function p2(e) { return '2' + String(e).split('').map(function (c) { return SUP[c]; }).join(''); }
   function num(v) {
     if (v === null || v === undefined) return '\u2013';
     var a = Math.abs(v);
@@ -211,7 +218,7 @@ const char* html_js() {
     l.params.forEach(function (p) { a.nonfinite += nonfinite(p.s); mergeHist(g, p.s.hist); });
     a.comp = Object.keys(a.comp).sort().join(', ');
     a.grad = span(g);
-    a.findings = a.origins > 0 || a.nonfinite > 0 || a.advice.length > 0;
+    a.findings = a.origins > 0 || a.advice.length > 0;
     a.search = (l.name + ' ' + l.type + ' ' + l.ops.map(function (o) { return o.op; }).join(' ')).toLowerCase();
     return a;
   });
@@ -283,18 +290,18 @@ const char* html_js() {
     tr.appendChild(td);
   }
   function layerRow(a, flat) {
-    var tr = el('tr', 'layer' + (a.origins > 0 || a.nonfinite > 0 ? ' bad' : ''));
+    var tr = el('tr', 'layer' + (a.origins > 0 ? ' bad' : ''));
     tr.setAttribute('data-i', a.i);
     nameCell(tr, a, flat);
     cell(tr, a.l.type, 'ty');
     cell(tr, a.entries, 'n'); cell(tr, compact(a.calls), 'n'); cell(tr, a.comp);
     cell(tr, a.casts, 'n');
-    cell(tr, a.nonfinite, 'n' + (a.nonfinite ? ' nf' : ''));
+    cell(tr, compact(a.nonfinite), 'n' + (a.nonfinite ? (a.origins ? ' nf' : ' prop') : ''));
     cell(tr, a.origins, 'n' + (a.origins ? ' nf' : ''));
     cell(tr, num(a.absmax), 'n');
     var of = overflow(a);
     cell(tr, of, 'n' + (of ? ' nf' : ''));
-    cell(tr, a.grad ? '2^' + a.grad[0] + ' \u2026 2^' + (a.grad[1] + 1) : '\u2013', 'n');
+    cell(tr, a.grad ? p2(a.grad[0]) + ' \u2026 ' + p2(a.grad[1] + 1) : '\u2013', 'n');
     var gu = gunder(a);
     cell(tr, compact(gu), 'n' + (gu ? ' nf' : ''));
     var adv = el('td');
@@ -319,7 +326,7 @@ const char* html_js() {
   function drawHist(title, s, wide) {
     var box = el('div', 'hist'), f = F[S.fmt], h = s.hist, total = histTotal(h);
     box.appendChild(el('h4', null, title));
-    var W = wide ? 640 : 440, ml = 58, mr = 8, top = 8, ph = wide ? 120 : 84, lanes = F.length * 9;
+    var W = wide ? 640 : 440, ml = 58, mr = 16, top = 8, ph = wide ? 120 : 84, lanes = F.length * 11;
     var H = top + ph + 18 + lanes + 6;
     var svg = sv('svg', {viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, 'class': 'histogram', role: 'img'});
     if (!total) {
@@ -346,21 +353,21 @@ const char* html_js() {
       if (!n) return;
       var e = h[0] + j, bh = (Math.log10(n) + 1) / ymax * ph;
       var r = sv('rect', {x: x(e) + 0.5, y: top + ph - bh, width: Math.max(1, bw - 1), height: bh, 'class': 'b-' + zone(e, f)});
-      tip(r, '2^' + e + ' \u2264 |x| < 2^' + (e + 1) + ': ' + n + ' values (' + (100 * n / total).toPrecision(3) + '%)');
+      tip(r, p2(e) + ' \u2264 |x| < ' + p2(e + 1) + ': ' + n + ' values (' + (100 * n / total).toPrecision(3) + '%)');
       svg.appendChild(r);
     });
     svg.appendChild(sv('line', {x1: ml, x2: W - mr, y1: top + ph, y2: top + ph, 'class': 'base'}));
     var step = Math.max(1, Math.ceil((hi - lo) / (wide ? 16 : 10)));
     for (var e = Math.ceil(lo / step) * step; e <= hi; e += step)
-      svg.appendChild(sv('text', {x: x(e), y: top + ph + 12, 'text-anchor': 'middle'}, '2^' + e));
+      svg.appendChild(sv('text', {x: x(e), y: top + ph + 12, 'text-anchor': 'middle'}, p2(e)));
     F.forEach(function (g, k) {
-      var y = top + ph + 18 + k * 9, sel = k === S.fmt ? ' sel' : '';
-      var t = sv('text', {x: ml - 4, y: y + 6, 'text-anchor': 'end', 'class': sel.trim()}, g.short);
+      var y = top + ph + 18 + k * 11, sel = k === S.fmt ? ' sel' : '';
+      var t = sv('text', {x: ml - 4, y: y + 6, 'text-anchor': 'end', 'class': 'lane' + sel}, g.short);
       svg.appendChild(t);
       var rs = sv('rect', {x: x(g.min_sub), y: y, width: x(g.min_normal) - x(g.min_sub), height: 6, 'class': 'lane-sub' + sel});
-      tip(rs, g.name + ' subnormal: 2^' + g.min_sub + ' \u2026 2^' + g.min_normal);
+      tip(rs, g.name + ' subnormal: ' + p2(g.min_sub) + ' \u2026 ' + p2(g.min_normal));
       var rn = sv('rect', {x: x(g.min_normal), y: y, width: x(g.max_exp + 1) - x(g.min_normal), height: 6, 'class': 'lane-normal' + sel});
-      tip(rn, g.name + ' normal: 2^' + g.min_normal + ' \u2026 ' + g.max);
+      tip(rn, g.name + ' normal: ' + p2(g.min_normal) + ' \u2026 ' + g.max);
       svg.appendChild(rs); svg.appendChild(rn);
     });
     box.appendChild(svg);
@@ -383,7 +390,7 @@ const char* html_js() {
   var detCache = {};
   function castDir(o) {
     var i = sd(o.in), c = sd(o.comp);
-    if (!o.in || !o.comp || i === c) return null;
+    if (!o.in || !o.comp || i === c || o.autocast === 'none') return null;  // only casts autocast made
     var w = {fp64: 4, fp32: 3, bf16: 2, fp16: 2};
     return (w[c] || 0) < (w[i] || 0) ? 'down' : 'up';
   }

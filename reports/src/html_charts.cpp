@@ -18,7 +18,13 @@
 
 namespace ampscope::reports::detail {
 
-std::string pow2_label(int e) { return fmt::format("2^{}", e); }
+std::string pow2_label(int e) {
+  static const char* const kSup[] = {"⁰", "¹", "²", "³", "⁴", "⁵", "⁶", "⁷", "⁸", "⁹"};
+  std::string out = "2";
+  if (e < 0) out += "⁻";
+  for (char c : std::to_string(e < 0 ? -static_cast<long>(e) : e)) out += kSup[c - '0'];
+  return out;
+}
 
 namespace {
 
@@ -118,20 +124,23 @@ void axis_ticks(const Axis& a, double y, double y_end, std::string& out) {
 }
 
 void fp16_bands(const Axis& a, double y0, double y1, std::string& out) {
-  out += fmt::format("<rect class=\"band-sub\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\"><title>float16 "
-                     "subnormal: 2^-24 … 2^-14</title></rect>",
-                     a.x(-24), y0, a.x(-14) - a.x(-24), y1 - y0);
-  out += fmt::format("<rect class=\"band-normal\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\"><title>float16 "
-                     "normal: 2^-14 … 65504</title></rect>",
-                     a.x(-14), y0, a.x(16) - a.x(-14), y1 - y0);
+  struct Band { const char* cls; double lo, hi; const char* what; };
+  for (const Band& b : {Band{"band-under", static_cast<double>(a.lo), -24, "becomes 0 in float16 (below 2⁻²⁴)"},
+                        Band{"band-sub", -24, -14, "float16 subnormal: 2⁻²⁴ … 2⁻¹⁴"},
+                        Band{"band-normal", -14, 16, "float16 normal: 2⁻¹⁴ … 65504"},
+                        Band{"band-over", 16, static_cast<double>(a.hi), "becomes inf in float16 (above 65504)"}}) {
+    if (b.hi <= b.lo) continue;
+    out += fmt::format("<rect class=\"{}\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\"><title>{}</title></rect>",
+                       b.cls, a.x(b.lo), y0, a.x(b.hi) - a.x(b.lo), y1 - y0, b.what);
+  }
 }
 
 void span_bar(const Axis& a, const Span& s, double y, const char* cls, const char* what, std::string& out) {
   if (!s.any) return;
-  out += fmt::format("<g class=\"{}\"><title>{}: 2^{} … 2^{} (98% within 2^{} … 2^{})</title>"
+  out += fmt::format("<g class=\"{}\"><title>{}: {} … {} (98% within {} … {})</title>"
                      "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{}\" y2=\"{}\"/>"
                      "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"6\"/></g>",
-                     cls, what, s.lo, s.hi + 1, s.p1, s.p99 + 1, a.x(s.lo), a.x(s.hi + 1), y + 3, y + 3,
+                     cls, what, pow2_label(s.lo), pow2_label(s.hi + 1), pow2_label(s.p1), pow2_label(s.p99 + 1), a.x(s.lo), a.x(s.hi + 1), y + 3, y + 3,
                      a.x(s.p1), y, std::max(1.0, a.x(s.p99 + 1) - a.x(s.p1)));
 }
 
@@ -150,31 +159,35 @@ void gradients_section(const Report& r, std::string& out) {
   out += "<p class=\"hint\">Exponent span of each layer's forward outputs (blue) and gradients "
          "(orange: incoming activation gradients and parameter gradients): thin line = every "
          "nonzero finite value, bar = the middle 98%. Shaded: float16's normal range (dark) and "
-         "subnormal range (light); anything left of 2^-24 becomes 0 in float16, anything right "
-         "of 65504 becomes inf.";
+         "subnormal range (light); anything left of 2⁻²⁴ becomes 0 in float16 (violet), anything "
+         "right of 65504 becomes inf (red).";
   if (all > rows.size())
     out += fmt::format(" Showing the {} of {} layers reaching furthest past float16's range; every "
                        "layer's span is in the layer table.", rows.size(), all);
   out += "</p>\n";
-  const double label_w = 280, width = 960, row_h = 20, top = 24;
+  const double label_w = 300, width = 1240, row_h = 22, top = 24;
   const Axis a = axis_for(rows, label_w, width - 10);
   const double height = top + row_h * static_cast<double>(rows.size()) + 10;
-  out += fmt::format("<svg class=\"chart spans\" viewBox=\"0 0 {} {}\" width=\"{}\" height=\"{}\" role=\"img\" "
+  out += fmt::format("<svg class=\"chart spans\" viewBox=\"0 0 {0} {1}\" width=\"{0}\" height=\"{1}\" role=\"img\" "
                      "aria-label=\"gradient ranges per layer\">",
-                     width, height, width, height);
+                     width, height);
   fp16_bands(a, top, height - 10, out);
+  for (std::size_t i = 1; i < rows.size(); i += 2)
+    out += fmt::format("<rect class=\"stripe\" x=\"0\" y=\"{}\" width=\"{}\" height=\"{}\"/>",
+                       top + row_h * static_cast<double>(i), width, row_h);
   axis_ticks(a, top, height - 10, out);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const double y = top + row_h * static_cast<double>(i);
     const std::string label = text::layer_label(rows[i].layer);
     out += fmt::format("<text class=\"label\" x=\"{}\" y=\"{}\" text-anchor=\"end\"><title>{}</title>{}</text>",
-                       label_w - 8, y + 13, esc(label), esc(text::truncate_middle(label, 40)));
-    span_bar(a, rows[i].fwd, y + 2, "fwd", "forward outputs", out);
-    span_bar(a, rows[i].bwd, y + 10, "bwd", "gradients", out);
+                       label_w - 8, y + 15, esc(label), esc(text::truncate_middle(label, 40)));
+    span_bar(a, rows[i].fwd, y + 3, "fwd", "forward outputs", out);
+    span_bar(a, rows[i].bwd, y + 12, "bwd", "gradients", out);
   }
   out += "</svg>\n<p class=\"legend\"><span class=\"sw fwd\"></span> forward outputs "
          "<span class=\"sw bwd\"></span> gradients <span class=\"sw band-normal\"></span> float16 normal "
-         "<span class=\"sw band-sub\"></span> float16 subnormal</p>\n</section>\n";
+         "<span class=\"sw band-sub\"></span> float16 subnormal <span class=\"sw band-under\"></span> 0 in float16 "
+         "<span class=\"sw band-over\"></span> inf in float16</p>\n</section>\n";
 }
 
 namespace {
@@ -182,7 +195,7 @@ namespace {
 struct ScaleAxis {
   std::int64_t s0 = 0, s1 = 1;
   double l0 = 0, l1 = 1;  ///< log2(scale) range
-  double x0 = 60, x1 = 940, y0 = 20, y1 = 210;
+  double x0 = 70, x1 = 1220, y0 = 20, y1 = 210;
   double x(std::int64_t step) const { return x0 + static_cast<double>(step - s0) * (x1 - x0) / static_cast<double>(s1 - s0); }
   double y(double scale) const { return y1 - (std::log2(scale) - l0) * (y1 - y0) / (l1 - l0); }
 };
@@ -261,7 +274,7 @@ void loss_scale_section(const Report& r, std::string& out) {
   }
   out += "</p>\n";
   const ScaleAxis a = scale_axis(pts);
-  out += "<svg class=\"chart lossscale\" viewBox=\"0 0 960 250\" width=\"960\" height=\"250\" role=\"img\" "
+  out += "<svg class=\"chart lossscale\" viewBox=\"0 0 1240 250\" width=\"1240\" height=\"250\" role=\"img\" "
          "aria-label=\"loss scale by step\">";
   scale_grid(a, out);
   scale_path(a, pts, out);

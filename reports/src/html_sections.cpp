@@ -21,6 +21,17 @@ using text::number;
 
 std::string esc(const std::string& s) { return html_escape(s); }
 
+/// Magnitudes people compare with a format's max: 124360, not 1.244e+05.
+std::string magnitude(double v) {
+  return std::isfinite(v) && std::fabs(v) >= 1000 && std::fabs(v) < 1e15 ? fmt::format("{:.0f}", v) : number(v);
+}
+
+/// "2026-12-03T07:58:28Z" -> "2026-12-03 07:58:28 UTC" (anything else as it is).
+std::string readable_time(std::string t) {
+  if (t.size() == 20 && t[10] == 'T' && t[19] == 'Z') t = t.substr(0, 10) + " " + t.substr(11, 8) + " UTC";
+  return t;
+}
+
 /// A link that the script turns into "reveal this layer in the table".
 std::string layer_link(const std::string& layer) {
   return "<a class=\"goto\" href=\"#layers\" data-layer=\"" + esc(layer) + "\"><code>" +
@@ -78,7 +89,7 @@ void summary_section(const Report& r, std::string& out) {
   kv(out, "Ranks", run.world_size > 1 ? std::to_string(run.world_size) : std::string("1"));
   kv(out, "Duration", esc(number(run.duration_s)) + " s");
   kv(out, "torch", esc(run.torch_version));
-  kv(out, "Started", esc(run.started));
+  kv(out, "Started", esc(readable_time(run.started)));
   kv(out, "FP32 shadow", run.shadow ? "on" : "off");
   if (!run.stopped.empty()) kv(out, "Stopped early", esc(run.stopped));
   out += "</div>\n";
@@ -107,10 +118,10 @@ std::string diagnosis(const Report& r, const NonFiniteEvent& e) {
   if (!e.fp32_also_nonfinite) return s + "The op computed in " + esc(low) + "; the float32 re-check did not run.";
   s += "The same call re-run in float32 was finite";
   if (e.fp32_check && std::isfinite(e.fp32_check->fp32_absmax)) {
-    s += " (float32 absmax " + esc(number(e.fp32_check->fp32_absmax));
+    s += " (float32 absmax " + esc(magnitude(e.fp32_check->fp32_absmax));
     Format f;
     if (dtypes::as_format(e.compute_dtype, &f))
-      s += ", " + esc(dtypes::bare(e.compute_dtype)) + " max " + esc(number(format_max(f)));
+      s += ", " + esc(dtypes::bare(e.compute_dtype)) + " max " + esc(magnitude(format_max(f)));
     s += ")";
   }
   return s + ".";
@@ -143,7 +154,7 @@ void verdict_section(const Report& r, std::string& out) {
   if (e.output_stats) {
     const Stats& s = *e.output_stats;
     out += fmt::format("<p class=\"muted\">Its output: {} values, {} NaN, {} +Inf, {} −Inf, finite absmax {}.</p>",
-                       s.count, s.nan, s.posinf, s.neginf, esc(number(s.absmax)));
+                       s.count, s.nan, s.posinf, s.neginf, esc(magnitude(s.absmax)));
   }
   out += "</div></section>\n";
 }
