@@ -1,0 +1,675 @@
+// The AVX2/FMA/F16C build of the CPU stats kernel (x86-64, GCC/Clang), picked at run time.
+//
+// One read of each full block (kBlock elements) from memory, then passes over L1-resident data:
+//   1. one pass over the source: max and min of |bits|, the sum and sum of squares, and the
+//      exponent byte of every value (in float32 terms, minus one) into a 2 KiB key array. 16-bit
+//      sources are read as they are: no float32 copy of the block is made.
+//   2. the exponent histogram by byte compares on the keys, four binades per sweep from the top
+//      down, until every value is counted (the last one or two binades follow from the count and
+//      the key sum left; when few values are left in many binades they are found by mask);
+//   3. the format counts from the histogram's cumulative counts: a threshold at a binade's lower
+//      edge needs nothing more; for one inside a populated binade the values of that binade are
+//      compared exactly (by mask and one by one when few, else a compare pass over the block).
+// Blocks with NaN/inf or float32 subnormals (rare in real tensors), float16/bfloat16 blocks with
+// subnormals or NaN/inf, partial blocks and float64 go to the portable build's code.
+//
+// Moments: squares and sums are accumulated in float within groups of 128 values (a pairwise tree
+// per lane, then one accumulator per lane over four steps), and each group's partial sums are
+// added in double. Per group the relative error of the sum of squares is at most 7 float roundings
+// (7 * 2^-24); the sum's error is at most 6 * 2^-24 times the sum of |x|. Blocks whose squares
+// could overflow or underflow float (|x| >= 2^59, or every |x| < 2^-40) use double throughout.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+
+#include "stats_gather.h"
+#include "stats_kernel.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define AMP_AVX2_TARGET __attribute__((target("avx2,fma,f16c,bmi,bmi2,popcnt,lzcnt")))
+#define AMP_AVX2 AMP_AVX2_TARGET __attribute__((always_inline)) inline
+
+namespace ampscope::detail {
+namespace {
+
+/// For every float32 exponent byte, the (up to two) thresholds inside that binade that are not
+/// its lower edge; kNumTh (a dummy slot with threshold 0) where there is none.
+struct BinadeThresholds {
+  std::uint8_t k[256][2];
+  u32 th[kNumTh + 1];
+  constexpr BinadeThresholds() : k{}, th{} {
+    for (auto& b : k) b[0] = b[1] = kNumTh;
+    for (int t = 0; t < kNumTh; ++t) {
+      th[t] = kTh[t];
+      if ((kTh[t] & 0x7FFFFFu) == 0) continue;
+      auto& b = k[kTh[t] >> 23];
+      if (b[0] == kNumTh)
+        b[0] = static_cast<std::uint8_t>(t);
+      else
+        b[1] = static_cast<std::uint8_t>(t);
+    }
+    th[kNumTh] = 0;
+  }
+};
+constexpr BinadeThresholds kBinadeTh{};
+
+/// The thresholds in a 16-bit source's own bits: |h| < T16[k] exactly when |float32(h)| < kTh[k],
+/// for every finite h (the conversion is exact and monotonic on magnitudes).
+struct Thresholds16 {
+  u16 t[kNumTh];
+  template <typename Conv>
+  constexpr explicit Thresholds16(Conv conv, u32 inf16) : t{} {
+    for (int k = 0; k < kNumTh; ++k) {  // the first h in [0, inf16] with conv(h) >= T, or inf16
+      u32 lo = 0, hi = inf16;
+      while (lo < hi) {
+        const u32 mid = (lo + hi) / 2;
+        if (conv(mid) < kTh[k])
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      t[k] = static_cast<u16>(lo);
+    }
+  }
+};
+constexpr u32 kInfF16 = 0x7C00u, kInfBF16 = 0x7F80u;
+constexpr Thresholds16 kTh16F16([](u32 h) { return f16_bits_to_f32(h); }, kInfF16);
+constexpr Thresholds16 kTh16BF16([](u32 h) { return bf16_bits_to_f32(h); }, kInfBF16);
+
+AMP_AVX2 u32 hmax_epu32(__m256i v) {
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4E));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xB1));
+  return static_cast<u32>(_mm_cvtsi128_si32(m));
+}
+AMP_AVX2 u32 hmin_epu32(__m256i v) {
+  __m128i m = _mm_min_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_min_epu32(m, _mm_shuffle_epi32(m, 0x4E));
+  m = _mm_min_epu32(m, _mm_shuffle_epi32(m, 0xB1));
+  return static_cast<u32>(_mm_cvtsi128_si32(m));
+}
+AMP_AVX2 u32 hmax_epu16(__m256i v) {
+  const __m256i w =
+      _mm256_max_epu16(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(v, 16));
+  return hmax_epu32(w);
+}
+AMP_AVX2 u32 hmin_epu16(__m256i v) {
+  const __m256i w =
+      _mm256_min_epu16(_mm256_and_si256(v, _mm256_set1_epi32(0xFFFF)), _mm256_srli_epi32(v, 16));
+  return hmin_epu32(_mm256_and_si256(w, _mm256_set1_epi32(0xFFFF)));
+}
+AMP_AVX2 double hsum_pd(__m256d v) {
+  __m128d s = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
+  return _mm_cvtsd_f64(_mm_add_sd(s, _mm_unpackhi_pd(s, s)));
+}
+AMP_AVX2 u64 hsum_epi64(__m256i v) {
+  __m128i s = _mm_add_epi64(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  return static_cast<u64>(_mm_cvtsi128_si64(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s))));
+}
+AMP_AVX2 i64 hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// ---------------------------------------------------------------- moments
+
+/// Sums and sums of squares: float within a group, double across groups.
+struct Moments {
+  __m256d s0, s1, q0, q1;
+  AMP_AVX2 void zero() { s0 = s1 = q0 = q1 = _mm256_setzero_pd(); }
+  /// Adds one group's float partial sums.
+  AMP_AVX2 void add_group(__m256 s, __m256 q) {
+    s0 = _mm256_add_pd(s0, _mm256_cvtps_pd(_mm256_castps256_ps128(s)));
+    s1 = _mm256_add_pd(s1, _mm256_cvtps_pd(_mm256_extractf128_ps(s, 1)));
+    q0 = _mm256_add_pd(q0, _mm256_cvtps_pd(_mm256_castps256_ps128(q)));
+    q1 = _mm256_add_pd(q1, _mm256_cvtps_pd(_mm256_extractf128_ps(q, 1)));
+  }
+  AMP_AVX2 double sum() const { return hsum_pd(_mm256_add_pd(s0, s1)); }
+  AMP_AVX2 double sum_sq() const { return hsum_pd(_mm256_add_pd(q0, q1)); }
+};
+
+/// Float partial sums of four vectors, added into s and q (a pairwise tree per lane).
+AMP_AVX2 void moments4(__m256 f0, __m256 f1, __m256 f2, __m256 f3, __m256& s, __m256& q) {
+  s = _mm256_add_ps(s, _mm256_add_ps(_mm256_add_ps(f0, f1), _mm256_add_ps(f2, f3)));
+  const __m256 p0 = _mm256_fmadd_ps(f1, f1, _mm256_mul_ps(f0, f0));
+  const __m256 p1 = _mm256_fmadd_ps(f3, f3, _mm256_mul_ps(f2, f2));
+  q = _mm256_add_ps(q, _mm256_add_ps(p0, p1));
+}
+
+/// Sums and sums of squares in double throughout (blocks outside float's safe range).
+template <typename Load8>
+AMP_AVX2 void moments_double(int n, Load8 load8, double& sum, double& sum_sq) {
+  __m256d s0 = _mm256_setzero_pd(), s1 = s0, q0 = s0, q1 = s0;
+  for (int i = 0; i < n; i += 8) {
+    const __m256 f = load8(i);
+    const __m256d d0 = _mm256_cvtps_pd(_mm256_castps256_ps128(f));
+    const __m256d d1 = _mm256_cvtps_pd(_mm256_extractf128_ps(f, 1));
+    s0 = _mm256_add_pd(s0, d0);
+    s1 = _mm256_add_pd(s1, d1);
+    q0 = _mm256_fmadd_pd(d0, d0, q0);
+    q1 = _mm256_fmadd_pd(d1, d1, q1);
+  }
+  sum = hsum_pd(_mm256_add_pd(s0, s1));
+  sum_sq = hsum_pd(_mm256_add_pd(q0, q1));
+}
+
+/// Float moments are safe when no square can overflow a group's float sum (|x| < 2^59) and the
+/// largest value's square is far from float's underflow (|x| >= 2^-40): float32 bits of |x|max.
+constexpr bool float_moments_safe(u32 amax32) {
+  return amax32 < 0x5D000000u && amax32 >= 0x2B800000u;
+}
+
+// ---------------------------------------------------------------- exponent histogram and
+// thresholds
+
+/// Counts of key bytes equal to each of kv[0..3] over n (a multiple of 32, at most 255*32) bytes.
+AMP_AVX2 void count_key4(const u8* __restrict key, int n, const u8 kv[4], u32 c[4]) {
+  const __m256i t0 = _mm256_set1_epi8(static_cast<char>(kv[0])),
+                t1 = _mm256_set1_epi8(static_cast<char>(kv[1]));
+  const __m256i t2 = _mm256_set1_epi8(static_cast<char>(kv[2])),
+                t3 = _mm256_set1_epi8(static_cast<char>(kv[3]));
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (int i = 0; i < n; i += 32) {
+    const __m256i k = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + i));
+    a0 = _mm256_sub_epi8(a0, _mm256_cmpeq_epi8(k, t0));
+    a1 = _mm256_sub_epi8(a1, _mm256_cmpeq_epi8(k, t1));
+    a2 = _mm256_sub_epi8(a2, _mm256_cmpeq_epi8(k, t2));
+    a3 = _mm256_sub_epi8(a3, _mm256_cmpeq_epi8(k, t3));
+  }
+  const __m256i z = _mm256_setzero_si256();
+  c[0] = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a0, z)));
+  c[1] = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a1, z)));
+  c[2] = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a2, z)));
+  c[3] = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a3, z)));
+}
+
+/// Exact threshold compares for the elements whose key byte satisfies `pick` (a mask builder),
+/// `count` of them: found by byte mask, handled one by one. `src.abs32(i)`: |float32 bits| of
+/// element i; `src.elem(p)`: the element whose key is at position p of a 32-key group. With `hb`,
+/// also counts each found element's binade.
+template <typename Src, typename Pick>
+AMP_AVX2 void scan_keys(const u8* __restrict key, int koff, const Src& src, i64 count, Pick pick,
+                        u32* __restrict hb, i64* __restrict ex) {
+  for (int g = 0; g < kBlock && count > 0; g += 32) {
+    const __m256i k = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + g));
+    u32 m = static_cast<u32>(_mm256_movemask_epi8(pick(k)));
+    count -= __builtin_popcount(m);
+    while (m != 0) {
+      const int p = static_cast<int>(_tzcnt_u32(m));
+      m = _blsr_u32(m);
+      const int e = key[g + p] + koff;
+      if (hb != nullptr) ++hb[e];
+      const u32 a = src.abs32(g + src.elem(p));
+      const int k0 = kBinadeTh.k[e][0], k1 = kBinadeTh.k[e][1];
+      ex[k0] += a < kBinadeTh.th[k0];
+      ex[k1] += a < kBinadeTh.th[k1];
+    }
+  }
+}
+
+constexpr int kMaxSweeps = 10;  // byte-compare sweeps (four binades each) before the scan by mask
+constexpr i64 kScanMax = 64;    // populated threshold binades up to this many values are scanned
+constexpr i64 kScanLeft = 24;   // values left in 3+ sweeps' worth of binades: found by mask instead
+
+/// What the sweeps know about a block: the keys (the source's exponent field: 0 for a zero, as
+/// the block has no subnormals), its float32-domain exponent range, and the offset from key to
+/// float32 exponent byte (112 for float16, 0 otherwise). Key 255 (inf/NaN) never occurs.
+struct KeyBlock {
+  const u8* key;
+  int emin, emax;
+  int koff;
+  i64 key_sum;
+};
+constexpr u8 kNoKey = 255;
+
+/// Per-binade counts hb[emin..emax] and the zeros, by sweeps from the top down. Returns the
+/// lowest binade counted by sweeps; the binades below it (if any) are left to a scan by mask.
+AMP_AVX2 int sweep_binades(const KeyBlock& kb, u32* hb, i64& zeros, i64& left) {
+  const int emin = kb.emin;
+  for (int e = emin; e <= kb.emax; ++e) hb[e] = 0;
+  left = kBlock;              // values not yet counted (zeros included until the first sweep)
+  i64 left_sum = kb.key_sum;  // and the sum of their keys
+  int lo = kb.emax + 1;       // lowest binade counted so far
+  for (int sweeps = 0; left > 0 && lo > emin && sweeps < kMaxSweeps; ++sweeps) {
+    if (sweeps > 0 && lo - emin <= 2) {
+      // One or two binades left: their counts follow from the count and key sum left.
+      const int ea = lo - 1, eb = emin;
+      if (ea == eb) {
+        hb[ea] = static_cast<u32>(left);
+      } else {  // c_a + c_b = left,  ka c_a + kb c_b = left_sum,  ka - kb = 1
+        const i64 ca = left_sum - static_cast<i64>(eb - kb.koff) * left;
+        hb[ea] = static_cast<u32>(ca);
+        hb[eb] = static_cast<u32>(left - ca);
+      }
+      left = 0;
+      return emin;
+    }
+    if (sweeps > 0 && left <= kScanLeft && lo - emin > 6) break;  // few values, many binades
+    u8 kv[4];
+    int bins[4];
+    int nb = 0;
+    if (sweeps == 0) kv[nb] = 0, bins[nb++] = -1;  // the zeros
+    while (nb < 4 && lo - 1 >= emin) {
+      --lo;
+      kv[nb] = static_cast<u8>(lo - kb.koff);
+      bins[nb++] = lo;
+    }
+    for (int q = nb; q < 4; ++q) kv[q] = kNoKey, bins[q] = -2;
+    u32 c[4];
+    count_key4(kb.key, kBlock, kv, c);
+    for (int q = 0; q < 4; ++q) {
+      if (bins[q] == -2) continue;
+      if (bins[q] == -1)
+        zeros = c[q];
+      else
+        hb[bins[q]] = c[q];
+      left -= c[q];
+      left_sum -= static_cast<i64>(kv[q]) * c[q];
+    }
+  }
+  return left > 0 ? lo : emin;
+}
+
+/// The histogram and threshold counts of a full block whose keys are in `kb`. `src` gives
+/// element access: abs32(i) (|float32 bits| of element i) and count_lt<K>(T, out) (counts of
+/// |x| < kTh[T[q]] over the block).
+template <typename Src>
+AMP_AVX2 void count_block(const KeyBlock& kb, const Src& src, Acc32& A) {
+  const int emin = kb.emin, emax = kb.emax;
+  u32 hb[256];
+  i64 zeros = 0, left = 0;
+  const int lo = sweep_binades(kb, hb, zeros, left);
+  i64 ex[kNumTh + 1] = {};
+  if (left > 0) {  // the binades below the swept ones, value by value
+    for (int e = emin; e < lo; ++e) hb[e] = 0;
+    // emin <= key + koff < lo (a zero's key 0 is below emin - koff >= 1: wraps past lim)
+    const __m256i base = _mm256_set1_epi8(static_cast<char>(emin - kb.koff));
+    const __m256i lim = _mm256_set1_epi8(static_cast<char>(lo - 1 - emin));
+    scan_keys(
+        kb.key, kb.koff, src, left,
+        [&](__m256i k) AMP_AVX2_TARGET {
+          const __m256i r = _mm256_sub_epi8(k, base);
+          return _mm256_cmpeq_epi8(_mm256_min_epu8(r, lim), r);
+        },
+        hb, ex);
+  }
+  // below[e]: zeros plus the values in binades under e, for e in [emin, emax + 1].
+  i64 below[257];
+  below[emin] = zeros;
+  for (int e = emin; e <= emax; ++e) {
+    A.hist[e - 127 + kOff32] += hb[e];
+    below[e + 1] = below[e] + hb[e];
+  }
+  auto below_binade = [&](int E) { return below[std::clamp(E, emin, emax + 1)]; };
+  A.zeros += zeros;
+  // Exact compares in the populated swept binades that hold a threshold: the sparse ones in one
+  // scan by mask, the dense ones by a compare pass.
+  u8 sparse[4];
+  int nsparse = 0;
+  i64 nscan = 0;
+  int need_k[kNumTh];
+  int nneed = 0;
+  for (int E = std::max(lo, 1); E <= emax; ++E) {
+    const auto& bt = kBinadeTh.k[E];
+    if (bt[0] == kNumTh || hb[E] == 0) continue;
+    if (nsparse < 4 && nscan + hb[E] <= kScanMax) {
+      sparse[nsparse++] = static_cast<u8>(E - kb.koff);
+      nscan += hb[E];
+    } else {
+      for (int q = 0; q < 2; ++q)
+        if (bt[q] != kNumTh) need_k[nneed++] = bt[q];
+    }
+  }
+  if (nsparse > 0) {
+    for (int q = nsparse; q < 4; ++q) sparse[q] = sparse[0];
+    const __m256i t0 = _mm256_set1_epi8(static_cast<char>(sparse[0]));
+    const __m256i t1 = _mm256_set1_epi8(static_cast<char>(sparse[1]));
+    const __m256i t2 = _mm256_set1_epi8(static_cast<char>(sparse[2]));
+    const __m256i t3 = _mm256_set1_epi8(static_cast<char>(sparse[3]));
+    if (nsparse <= 2)
+      scan_keys(
+          kb.key, kb.koff, src, nscan,
+          [&](__m256i k) AMP_AVX2_TARGET {
+            return _mm256_or_si256(_mm256_cmpeq_epi8(k, t0), _mm256_cmpeq_epi8(k, t1));
+          },
+          nullptr, ex);
+    else
+      scan_keys(
+          kb.key, kb.koff, src, nscan,
+          [&](__m256i k) AMP_AVX2_TARGET {
+            return _mm256_or_si256(
+                _mm256_or_si256(_mm256_cmpeq_epi8(k, t0), _mm256_cmpeq_epi8(k, t1)),
+                _mm256_or_si256(_mm256_cmpeq_epi8(k, t2), _mm256_cmpeq_epi8(k, t3)));
+          },
+          nullptr, ex);
+  }
+  for (int j = 0; j < nneed; j += 4) {
+    i64 c[4];
+    const int m = std::min(4, nneed - j);
+    switch (m) {
+      case 1:
+        src.template count_lt<1>(need_k + j, c);
+        break;
+      case 2:
+        src.template count_lt<2>(need_k + j, c);
+        break;
+      case 3:
+        src.template count_lt<3>(need_k + j, c);
+        break;
+      default:
+        src.template count_lt<4>(need_k + j, c);
+        break;
+    }
+    // The pass counted every |x| < T; keep only the part inside T's binade.
+    for (int q = 0; q < m; ++q) {
+      const int k = need_k[j + q];
+      ex[k] += c[q] - below_binade(static_cast<int>(kTh[k] >> 23));
+    }
+  }
+  // Thresholds: the cumulative counts below each threshold's binade, plus the exact part inside.
+  for (int k = 0; k < kNumTh; ++k) A.lt[k] += below_binade(static_cast<int>(kTh[k] >> 23)) + ex[k];
+}
+
+/// Range and moment bookkeeping shared by the block kinds, once a block is known to be fast:
+/// false when the block is all zeros (already fully counted).
+AMP_AVX2 bool add_ranges(u32 amax32, u32 amin1_32, double sum, double sum_sq, Acc32& A) {
+  A.count += kBlock;
+  if (amin1_32 == ~0u) {  // all zeros
+    A.zeros += kBlock;
+    for (int k = 0; k < kNumTh; ++k) A.lt[k] += kBlock;
+    return false;
+  }
+  A.sum += sum;
+  A.sum_sq += sum_sq;
+  if (amax32 > A.amax) A.amax = amax32;
+  if (amin1_32 < A.amin1) A.amin1 = amin1_32;
+  return true;
+}
+
+// ---------------------------------------------------------------- float32 blocks
+
+/// Element access of a float32 block for count_block.
+struct Src32 {
+  const u32* x;
+  AMP_AVX2 u32 abs32(int i) const { return x[i] & kAbs32; }
+  /// Keys of 32 elements (four vectors v0..v3) are packed per 128-bit lane: v0 0-3, v1 0-3, v2 0-3,
+  /// v3 0-3 | v0 4-7, v1 4-7, v2 4-7, v3 4-7.
+  AMP_AVX2 static int elem(int p) { return ((p >> 2) & 3) * 8 + (p >> 4) * 4 + (p & 3); }
+  template <int K>
+  AMP_AVX2 void count_lt(const int* ks, i64* out) const {
+    const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF);
+    __m256i t[K], c[K];
+    for (int k = 0; k < K; ++k) {
+      t[k] = _mm256_set1_epi32(static_cast<int>(kTh[ks[k]]));
+      c[k] = _mm256_setzero_si256();
+    }
+    for (int i = 0; i < kBlock; i += 8) {
+      const __m256i a =
+          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absm);
+      for (int k = 0; k < K; ++k) c[k] = _mm256_sub_epi32(c[k], _mm256_cmpgt_epi32(t[k], a));
+    }
+    for (int k = 0; k < K; ++k) out[k] = hsum_epi32(c[k]);
+  }
+};
+
+/// A full block of float32 bits.
+AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restrict x, Acc32& A) {
+  static_assert(kBlock % 128 == 0 && kBlock <= 255 * 32, "groups and byte counters");
+  const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256i ones = _mm256_set1_epi32(-1);
+  const __m256i z = _mm256_setzero_si256();
+  __m256i mx = z, mn = ones, ksum = z;
+  Moments M;
+  M.zero();
+  alignas(32) u8 key[kBlock];
+  // One pass: max and min of |bits|, float moments per group of 128, exponent bytes (see Src32).
+  for (int g = 0; g < kBlock; g += 128) {
+    __m256 s = _mm256_setzero_ps(), q = s;
+#pragma GCC unroll 1  // unrolled, the loop spills registers
+    for (int i = g; i < g + 128; i += 32) {
+      const __m256i* p = reinterpret_cast<const __m256i*>(x + i);
+      const __m256i x0 = _mm256_loadu_si256(p), x1 = _mm256_loadu_si256(p + 1);
+      const __m256i x2 = _mm256_loadu_si256(p + 2), x3 = _mm256_loadu_si256(p + 3);
+      const __m256i a0 = _mm256_and_si256(x0, absm), a1 = _mm256_and_si256(x1, absm);
+      const __m256i a2 = _mm256_and_si256(x2, absm), a3 = _mm256_and_si256(x3, absm);
+      mx = _mm256_max_epu32(mx,
+                            _mm256_max_epu32(_mm256_max_epu32(a0, a1), _mm256_max_epu32(a2, a3)));
+      mn = _mm256_min_epu32(
+          mn, _mm256_min_epu32(
+                  _mm256_min_epu32(_mm256_add_epi32(a0, ones), _mm256_add_epi32(a1, ones)),
+                  _mm256_min_epu32(_mm256_add_epi32(a2, ones), _mm256_add_epi32(a3, ones))));
+      moments4(_mm256_castsi256_ps(x0), _mm256_castsi256_ps(x1), _mm256_castsi256_ps(x2),
+               _mm256_castsi256_ps(x3), s, q);
+      const __m256i e01 = _mm256_packus_epi32(_mm256_srli_epi32(a0, 23), _mm256_srli_epi32(a1, 23));
+      const __m256i e23 = _mm256_packus_epi32(_mm256_srli_epi32(a2, 23), _mm256_srli_epi32(a3, 23));
+      const __m256i b = _mm256_packus_epi16(e01, e23);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(key + i), b);
+      ksum = _mm256_add_epi64(ksum, _mm256_sad_epu8(b, z));
+    }
+    M.add_group(s, q);
+  }
+  const u32 amax = hmax_epu32(mx), amin1 = hmin_epu32(mn);
+  // Non-finite values or float32 subnormals: the general block (rare in real tensors).
+  if (amax >= kInf32 || amin1 < 0x007FFFFFu) {
+    block32_general(x, kBlock, A);
+    return;
+  }
+  double sum = M.sum(), sum_sq = M.sum_sq();
+  if (!float_moments_safe(amax))
+    moments_double(
+        kBlock,
+        [&](int i)
+            AMP_AVX2_TARGET { return _mm256_loadu_ps(reinterpret_cast<const float*>(x + i)); },
+        sum, sum_sq);
+  if (!add_ranges(amax, amin1, sum, sum_sq, A)) return;
+  const KeyBlock kb{key, static_cast<int>((amin1 + 1u) >> 23), static_cast<int>(amax >> 23), 0,
+                    static_cast<i64>(hsum_epi64(ksum))};
+  count_block(kb, Src32{x}, A);
+}
+
+// ---------------------------------------------------------------- float16 / bfloat16 blocks
+
+/// Element access of a 16-bit block for count_block.
+template <bool kBF16>
+struct Src16 {
+  const u16* x;
+  /// Keys of 32 elements (two vectors v0, v1) are packed per 128-bit lane: v0 0-7, v1 0-7 |
+  /// v0 8-15, v1 8-15.
+  AMP_AVX2 static int elem(int p) { return ((p >> 3) & 1) * 16 + (p >> 4) * 8 + (p & 7); }
+  AMP_AVX2 u32 abs32(int i) const {
+    const u32 h = x[i] & 0x7FFFu;
+    return kBF16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h);
+  }
+  template <int K>
+  AMP_AVX2 void count_lt(const int* ks, i64* out) const {
+    const auto& T16 = kBF16 ? kTh16BF16 : kTh16F16;
+    const __m256i absm = _mm256_set1_epi16(0x7FFF);
+    __m256i t[K], c[K];
+    for (int k = 0; k < K; ++k) {
+      t[k] = _mm256_set1_epi16(static_cast<short>(T16.t[ks[k]]));
+      c[k] = _mm256_setzero_si256();
+    }
+    for (int i = 0; i < kBlock; i += 16) {  // 16-bit lane counters: at most kBlock/16 per lane
+      const __m256i a =
+          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absm);
+      for (int k = 0; k < K; ++k) c[k] = _mm256_sub_epi16(c[k], _mm256_cmpgt_epi16(t[k], a));
+    }
+    const __m256i one16 = _mm256_set1_epi16(1);
+    for (int k = 0; k < K; ++k) out[k] = hsum_epi32(_mm256_madd_epi16(c[k], one16));
+  }
+};
+
+/// float32 values of eight 16-bit elements.
+template <bool kBF16>
+AMP_AVX2 __m256 load8_as_f32(const u16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (kBF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  return _mm256_cvtph_ps(h);
+}
+
+/// Converts a 16-bit block to float32 bits (exact; element order kept).
+template <bool kBF16>
+AMP_AVX2 void convert16(const u16* __restrict src, u32* __restrict dst) {
+  for (int i = 0; i < kBlock; i += 8)
+    _mm256_store_ps(reinterpret_cast<float*>(dst + i), load8_as_f32<kBF16>(src + i));
+}
+
+/// A full block of float16 (kBF16 false) or bfloat16 bits, read in place. Blocks with subnormals
+/// or NaN/inf are converted to float32 and counted as such.
+template <bool kBF16>
+AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restrict x, Acc32& A) {
+  constexpr int kShift = kBF16 ? 7 : 10;  // exponent field
+  constexpr u32 kInf16 = kBF16 ? kInfBF16 : kInfF16;
+  constexpr u32 kMinNormal16 = kBF16 ? 0x0080u : 0x0400u;
+  // Key: the exponent field. bfloat16's is float32's; float16's is float32's minus 112.
+  constexpr int kKeyOff = kBF16 ? 0 : 112;
+  const __m256i absm = _mm256_set1_epi16(0x7FFF);
+  const __m256i ones = _mm256_set1_epi16(-1);
+  const __m256i hi16 = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m256i z = _mm256_setzero_si256();
+  __m256i mx = z, mn = ones, ksum = z;
+  Moments M;
+  M.zero();
+  alignas(32) u8 key[kBlock];
+  for (int g = 0; g < kBlock; g += 128) {
+    __m256 s = _mm256_setzero_ps(), q = s;
+#pragma GCC unroll 1  // unrolled, the loop spills registers
+    for (int i = g; i < g + 128; i += 32) {
+      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16));
+      const __m256i a0 = _mm256_and_si256(v0, absm), a1 = _mm256_and_si256(v1, absm);
+      mx = _mm256_max_epu16(mx, _mm256_max_epu16(a0, a1));
+      mn = _mm256_min_epu16(
+          mn, _mm256_min_epu16(_mm256_add_epi16(a0, ones), _mm256_add_epi16(a1, ones)));
+      if constexpr (kBF16) {  // odd and even elements: the order does not matter to the sums
+        moments4(_mm256_castsi256_ps(_mm256_and_si256(v0, hi16)),
+                 _mm256_castsi256_ps(_mm256_slli_epi32(v0, 16)),
+                 _mm256_castsi256_ps(_mm256_and_si256(v1, hi16)),
+                 _mm256_castsi256_ps(_mm256_slli_epi32(v1, 16)), s, q);
+      } else {
+        const __m128i* h = reinterpret_cast<const __m128i*>(x + i);
+        moments4(_mm256_cvtph_ps(_mm_loadu_si128(h)), _mm256_cvtph_ps(_mm_loadu_si128(h + 1)),
+                 _mm256_cvtph_ps(_mm_loadu_si128(h + 2)), _mm256_cvtph_ps(_mm_loadu_si128(h + 3)),
+                 s, q);
+      }
+      const __m256i b =
+          _mm256_packus_epi16(_mm256_srli_epi16(a0, kShift), _mm256_srli_epi16(a1, kShift));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(key + i), b);
+      ksum = _mm256_add_epi64(ksum, _mm256_sad_epu8(b, z));
+    }
+    M.add_group(s, q);
+  }
+  const u32 amax16 = hmax_epu16(mx), amin1_16 = hmin_epu16(mn);
+  if (amax16 >= kInf16 || amin1_16 < kMinNormal16 - 1) {  // NaN/inf or subnormals: as float32
+    alignas(64) u32 buf[kBlock];
+    convert16<kBF16>(x, buf);
+    block32_avx2(buf, A);
+    return;
+  }
+  const u32 amax = kBF16 ? bf16_bits_to_f32(amax16) : f16_bits_to_f32(amax16);
+  const u32 amin1 =
+      amin1_16 == 0xFFFFu
+          ? ~0u
+          : (kBF16 ? bf16_bits_to_f32(amin1_16 + 1) : f16_bits_to_f32(amin1_16 + 1)) - 1u;
+  double sum = M.sum(), sum_sq = M.sum_sq();
+  if (kBF16 && !float_moments_safe(amax))
+    moments_double(
+        kBlock, [&](int i) AMP_AVX2_TARGET { return load8_as_f32<kBF16>(x + i); }, sum, sum_sq);
+  if (!add_ranges(amax, amin1, sum, sum_sq, A)) return;
+  const KeyBlock kb{key, static_cast<int>((amin1 + 1u) >> 23), static_cast<int>(amax >> 23),
+                    kKeyOff, static_cast<i64>(hsum_epi64(ksum))};
+  count_block(kb, Src16<kBF16>{x}, A);
+}
+
+// ---------------------------------------------------------------- drivers
+
+template <typename T, typename Block>
+AMP_AVX2 void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Block&& block) {
+  const bool contig = v.is_contiguous();
+  Gather g(v, contig ? 0 : begin, sizeof(T));
+  const T* base = static_cast<const T*>(v.data) + (contig ? begin : 0);
+  for (i64 pos = begin; pos < end; pos += kBlock) {
+    const int n = static_cast<int>(std::min<i64>(kBlock, end - pos));
+    const T* src = base + (pos - begin);
+    if (!contig) {
+      g.next(n, buf);
+      src = buf;
+    }
+    block(src, n);
+  }
+}
+
+template <bool kBF16>
+AMP_AVX2_TARGET void run16(const TensorView& v, i64 begin, i64 end, Stats& out) {
+  auto A = std::make_unique<Acc32>();
+  alignas(64) u16 raw[kBlock];
+  for_each_block(v, begin, end, raw, [&](const u16* src, int n) AMP_AVX2_TARGET {
+    if (n == kBlock) {
+      block16_avx2<kBF16>(src, *A);
+      return;
+    }
+    alignas(64) u32 buf[kBlock];
+    if (kBF16)
+      bf16_to_f32(src, n, buf);
+    else
+      f16_to_f32(src, n, buf);
+    block32_portable(buf, n, *A);
+  });
+  finish32(*A, out);
+}
+
+AMP_AVX2_TARGET void run32(const TensorView& v, i64 begin, i64 end, Stats& out) {
+  auto A = std::make_unique<Acc32>();
+  alignas(64) u32 buf[kBlock];
+  for_each_block(v, begin, end, buf, [&](const u32* src, int n) AMP_AVX2_TARGET {
+    if (n == kBlock)
+      block32_avx2(src, *A);
+    else
+      block32_portable(src, n, *A);
+  });
+  finish32(*A, out);
+}
+
+}  // namespace
+
+bool stats_avx2_usable() {
+  static const bool ok = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi") &&
+                         __builtin_cpu_supports("bmi2") && __builtin_cpu_supports("popcnt") &&
+                         __builtin_cpu_supports("abm");
+  return ok;
+}
+
+void run_stats_avx2(const TensorView& v, i64 begin, i64 end, Stats& out) {
+  switch (v.dtype) {
+    case DType::kFloat32:
+      run32(v, begin, end, out);
+      break;
+    case DType::kFloat16:
+      run16<false>(v, begin, end, out);
+      break;
+    case DType::kBFloat16:
+      run16<true>(v, begin, end, out);
+      break;
+    case DType::kFloat64:
+      run_stats_portable(v, begin, end, out);
+      break;
+  }
+}
+
+}  // namespace ampscope::detail
+
+#else  // no AVX2 build on this target
+
+namespace ampscope::detail {
+bool stats_avx2_usable() { return false; }
+void run_stats_avx2(const TensorView& v, i64 begin, i64 end, Stats& out) {
+  run_stats_portable(v, begin, end, out);
+}
+}  // namespace ampscope::detail
+
+#endif

@@ -1,0 +1,385 @@
+// The portable build of the CPU stats kernel: plain loops over lane arrays that GCC
+// auto-vectorises for baseline x86-64 (or any target). Also the AVX2 build's fallback for blocks
+// it does not handle itself (partial blocks, NaN/inf, float32 subnormals, float64).
+//
+// float64: torch converts a double to float16/bfloat16/float8 by first rounding it to float (the
+// c10 types are constructed from float), so the format counts use a float32 "proxy": the RNE
+// float32 of the value, with finite values that become float32 inf clamped to FLT_MAX (they
+// overflow every format) and nonzero values that become float32 zero set to the smallest
+// subnormal (they underflow every format). The float64 stats proper (ranges, sums, exponents) use
+// the double itself.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+
+#include "stats_gather.h"
+#include "stats_kernel.h"
+
+namespace ampscope::detail {
+namespace {
+
+constexpr int kLanes = 16;       // lane-array width of the vectorisable loops
+constexpr int kMaxVecBins = 24;  // widest exponent range counted with byte compares
+
+}  // namespace
+
+/// The general block: every count by compare, sums masked to finite values, scalar histogram.
+void block32_general(const u32* __restrict x, int n, Acc32& A) {
+  constexpr int L = 8;
+  i32 c_nan[L] = {}, c_pinf[L] = {}, c_ninf[L] = {}, c_zero[L] = {};
+  i32 c_lt[kNumTh][L] = {};
+  u32 mx[L] = {}, mn[L];
+  double s[L] = {}, q[L] = {};
+  for (int l = 0; l < L; ++l) mn[l] = ~0u;
+  int i = 0;
+  auto body = [&](int l, u32 xb) __attribute__((always_inline)) {
+    const u32 a = xb & kAbs32;
+    const bool fin = a < kInf32;
+    c_nan[l] += a > kInf32;
+    c_pinf[l] += xb == kInf32;
+    c_ninf[l] += xb == (kInf32 | 0x80000000u);
+    c_zero[l] += a == 0;
+    for (int k = 0; k < kNumTh; ++k) c_lt[k][l] += static_cast<i32>(a) < static_cast<i32>(kTh[k]);
+    const u32 am = fin ? a : 0u;
+    const u32 an = fin ? a - 1u : ~0u;
+    mx[l] = mx[l] > am ? mx[l] : am;
+    mn[l] = mn[l] < an ? mn[l] : an;
+    const double d = fin ? static_cast<double>(f32_of(xb)) : 0.0;
+    s[l] += d;
+    q[l] += d * d;
+  };
+  for (; i + L <= n; i += L)
+    for (int l = 0; l < L; ++l) body(l, x[i + l]);
+  for (; i < n; ++i) body(0, x[i]);
+  for (int l = 0; l < L; ++l) {
+    A.nan += c_nan[l];
+    A.posinf += c_pinf[l];
+    A.neginf += c_ninf[l];
+    A.zeros += c_zero[l];
+    for (int k = 0; k < kNumTh; ++k) A.lt[k] += c_lt[k][l];
+    A.amax = std::max<u64>(A.amax, mx[l]);
+    A.amin1 = std::min<u64>(A.amin1, mn[l] == ~0u ? ~0ull : mn[l]);
+  }
+  double ss = 0.0, qq = 0.0;
+  for (int l = 0; l < L; ++l) {
+    ss += s[l];
+    qq += q[l];
+  }
+  A.sum += ss;
+  A.sum_sq += qq;
+  for (int j = 0; j < n; ++j) {
+    const u32 a = x[j] & kAbs32;
+    if (a - 1u < kInf32 - 1u) ++A.hist[exp_of32(a) + kOff32];
+  }
+  A.count += n;
+}
+
+/// Number of exponent bytes equal to `e` among `n32` (a multiple of 32, at most 255*32) bytes.
+static u32 count_eq_u8(const u8* __restrict k, int n32, u8 e) {
+  u8 acc[32] = {};
+  for (int g = 0; g < n32; g += 32)
+    for (int l = 0; l < 32; ++l) acc[l] += static_cast<u8>(k[g + l] == e);
+  u32 t = 0;
+  for (int l = 0; l < 32; ++l) t += acc[l];
+  return t;
+}
+
+/// Counts of |x| < T for four thresholds (unused ones 0).
+static void count_lt4(const u32* __restrict x, int n, const u32 T[4], i64 out[4]) {
+  constexpr int L = 8;
+  i32 c[4][L] = {};
+  const i32 t0 = static_cast<i32>(T[0]), t1 = static_cast<i32>(T[1]);
+  const i32 t2 = static_cast<i32>(T[2]), t3 = static_cast<i32>(T[3]);
+  int i = 0;
+  for (; i + L <= n; i += L)
+    for (int l = 0; l < L; ++l) {
+      const i32 a = static_cast<i32>(x[i + l] & kAbs32);
+      c[0][l] += a < t0;
+      c[1][l] += a < t1;
+      c[2][l] += a < t2;
+      c[3][l] += a < t3;
+    }
+  for (; i < n; ++i) {
+    const i32 a = static_cast<i32>(x[i] & kAbs32);
+    c[0][0] += a < t0;
+    c[1][0] += a < t1;
+    c[2][0] += a < t2;
+    c[3][0] += a < t3;
+  }
+  for (int k = 0; k < 4; ++k) {
+    i64 t = 0;
+    for (int l = 0; l < L; ++l) t += c[k][l];
+    out[k] = t;
+  }
+}
+
+/// One block of float32 bits: the fast path when it applies, the general block otherwise.
+void block32_portable(const u32* __restrict x, int n, Acc32& A) {
+  constexpr int L = kLanes;
+  u32 mx[L] = {}, mn[L];
+  i32 zc[L] = {};
+  double s[L] = {}, q[L] = {};
+  for (int l = 0; l < L; ++l) mn[l] = ~0u;
+  int i = 0;
+  for (; i + L <= n; i += L)
+    for (int l = 0; l < L; ++l) {
+      const u32 xb = x[i + l];
+      const u32 a = xb & kAbs32;
+      mx[l] = mx[l] > a ? mx[l] : a;
+      const u32 an = a - 1u;
+      mn[l] = mn[l] < an ? mn[l] : an;
+      zc[l] += a == 0;
+      const double d = static_cast<double>(f32_of(xb));
+      s[l] += d;
+      q[l] += d * d;
+    }
+  for (; i < n; ++i) {
+    const u32 xb = x[i];
+    const u32 a = xb & kAbs32;
+    mx[0] = mx[0] > a ? mx[0] : a;
+    const u32 an = a - 1u;
+    mn[0] = mn[0] < an ? mn[0] : an;
+    zc[0] += a == 0;
+    const double d = static_cast<double>(f32_of(xb));
+    s[0] += d;
+    q[0] += d * d;
+  }
+  u32 amax = 0, amin1 = ~0u;
+  for (int l = 0; l < L; ++l) {
+    amax = std::max(amax, mx[l]);
+    amin1 = std::min(amin1, mn[l]);
+  }
+  // Non-finite values or float32 subnormals: the general block (rare in real tensors).
+  if (amax >= kInf32 || amin1 < 0x007FFFFFu) {
+    block32_general(x, n, A);
+    return;
+  }
+  i64 zeros = 0;
+  for (int l = 0; l < L; ++l) zeros += zc[l];
+  const int emax = static_cast<int>(amax >> 23);
+  const int emin =
+      amin1 == ~0u ? emax + 1 : static_cast<int>((amin1 + 1u) >> 23);  // all zero: none
+  if (emax - emin + 1 > kMaxVecBins) {
+    block32_general(x, n, A);
+    return;
+  }
+  double ss = 0.0, qq = 0.0;
+  for (int l = 0; l < L; ++l) {
+    ss += s[l];
+    qq += q[l];
+  }
+  A.sum += ss;
+  A.sum_sq += qq;
+  A.zeros += zeros;
+  A.count += n;
+  if (amax > A.amax) A.amax = amax;
+  if (amin1 != ~0u && amin1 < A.amin1) A.amin1 = amin1;
+
+  // Per-bin exponent counts over the exponent bytes (zeros have byte 0, never a bin here).
+  u32 hb[256];
+  if (emin <= emax) {
+    alignas(64) u8 key[kBlock];
+    const int n32 = (n + 31) & ~31;
+    for (int j = 0; j < n; ++j) key[j] = static_cast<u8>(x[j] >> 23);  // sign bit falls off
+    for (int j = n; j < n32; ++j) key[j] = 0;
+    for (int e = emin; e <= emax; ++e) {
+      hb[e] = count_eq_u8(key, n32, static_cast<u8>(e));
+      A.hist[e - 127 + kOff32] += hb[e];
+    }
+  }
+  // Thresholds from cumulative counts; an exact compare pass where a threshold's binade is
+  // populated and the threshold is not that binade's lower edge.
+  u32 need_t[kNumTh];
+  int need_k[kNumTh];
+  int nneed = 0;
+  for (int k = 0; k < kNumTh; ++k) {
+    const u32 T = kTh[k];
+    const int E = static_cast<int>(T >> 23);
+    if ((T & 0x7FFFFFu) != 0 && E >= emin && E <= emax && hb[E] != 0) {
+      need_t[nneed] = T;
+      need_k[nneed++] = k;
+      continue;
+    }
+    i64 cum = zeros;
+    for (int e = emin; e <= emax && e < E; ++e) cum += hb[e];
+    A.lt[k] += cum;
+  }
+  for (int j = 0; j < nneed; j += 4) {
+    u32 T[4] = {0, 0, 0, 0};
+    for (int m = 0; m < 4 && j + m < nneed; ++m) T[m] = need_t[j + m];
+    i64 c[4];
+    count_lt4(x, n, T, c);
+    for (int m = 0; m < 4 && j + m < nneed; ++m) A.lt[need_k[j + m]] += c[m];
+  }
+}
+
+// ---------------------------------------------------------------- float64 blocks
+
+static void block64(const u64* __restrict x, int n, Acc64& A) {
+  constexpr int L = 8;
+  i32 c_nan[L] = {}, c_pinf[L] = {}, c_ninf[L] = {}, c_zero[L] = {};
+  u64 mx[L] = {}, mn[L];
+  double s[L] = {}, q[L] = {};
+  alignas(64) u32 proxy[kBlock];
+  for (int l = 0; l < L; ++l) mn[l] = ~0ull;
+  auto body = [&](int l, int j) __attribute__((always_inline)) {
+    const u64 xb = x[j];
+    const u64 a = xb & kAbs64;
+    const bool fin = a < kInf64;
+    c_nan[l] += a > kInf64;
+    c_pinf[l] += xb == kInf64;
+    c_ninf[l] += xb == (kInf64 | 0x8000000000000000ull);
+    c_zero[l] += a == 0;
+    const u64 am = fin ? a : 0ull;
+    const u64 an = fin ? a - 1ull : ~0ull;
+    mx[l] = mx[l] > am ? mx[l] : am;
+    mn[l] = mn[l] < an ? mn[l] : an;
+    const double v = f64_of(xb);
+    const double d = fin ? v : 0.0;
+    s[l] += d;
+    q[l] += d * d;
+    // The float32 proxy (see the file comment): same classification as torch's casts.
+    u32 p = __builtin_bit_cast(u32, static_cast<float>(v)) & kAbs32;
+    p = (fin && p == kInf32) ? 0x7F7FFFFFu : p;
+    p = (a != 0 && p == 0) ? 1u : p;
+    proxy[j] = p;
+  };
+  int i = 0;
+  for (; i + L <= n; i += L)
+    for (int l = 0; l < L; ++l) body(l, i + l);
+  for (; i < n; ++i) body(0, i);
+  double ss = 0.0, qq = 0.0;
+  for (int l = 0; l < L; ++l) {
+    A.nan += c_nan[l];
+    A.posinf += c_pinf[l];
+    A.neginf += c_ninf[l];
+    A.zeros += c_zero[l];
+    A.amax = std::max(A.amax, mx[l]);
+    A.amin1 = std::min(A.amin1, mn[l]);
+    ss += s[l];
+    qq += q[l];
+  }
+  A.sum += ss;
+  A.sum_sq += qq;
+  for (int k = 0; k < kNumTh; k += 4) {
+    i64 c[4];
+    count_lt4(proxy, n, &kTh[k], c);
+    for (int m = 0; m < 4; ++m) A.lt[k + m] += c[m];
+  }
+  for (int j = 0; j < n; ++j) {
+    const u64 a = x[j] & kAbs64;
+    if (a - 1ull < kInf64 - 1ull) ++A.hist[exp_of64(a) + kOff64];
+  }
+  A.count += n;
+}
+
+// ---------------------------------------------------------------- results
+
+namespace {
+
+template <int NBins>
+void finish(const Acc<NBins>& A, bool f64, Stats& out) {
+  Stats s;
+  s.count = A.count;
+  s.nan = A.nan;
+  s.posinf = A.posinf;
+  s.neginf = A.neginf;
+  s.zeros = A.zeros;
+  s.sum = A.sum;
+  s.sum_sq = A.sum_sq;
+  if (f64) {
+    s.absmax = f64_of(A.amax);
+    if (A.amin1 != ~0ull) s.absmin_nonzero = f64_of(A.amin1 + 1);
+  } else {
+    s.absmax = static_cast<double>(f32_of(static_cast<u32>(A.amax)));
+    if (A.amin1 != ~0ull)
+      s.absmin_nonzero = static_cast<double>(f32_of(static_cast<u32>(A.amin1 + 1)));
+  }
+  const i64 nonfinite = A.nan + A.posinf + A.neginf;
+  for (int f = 0; f < kNumFormats; ++f) {
+    const i64 le_u = A.lt[3 * f], lt_s = A.lt[3 * f + 1], lt_o = A.lt[3 * f + 2];
+    s.underflow[f] = le_u - A.zeros;
+    s.subnormal[f] = lt_s - le_u;
+    s.overflow[f] = (A.count - lt_o) - nonfinite;
+  }
+  const int off = f64 ? kOff64 : kOff32;
+  for (int b = 0; b < NBins; ++b)
+    if (A.hist[b] != 0) s.exp_hist.add(b - off, A.hist[b]);
+  out.merge(s);
+}
+
+}  // namespace
+
+void finish32(const Acc32& A, Stats& out) { finish(A, false, out); }
+void finish64(const Acc64& A, Stats& out) { finish(A, true, out); }
+
+// ---------------------------------------------------------------- drivers
+
+namespace {
+
+/// Reads blocks of T from a view (contiguous: in place; strided: gathered) and hands each block
+/// to `block(ptr, n)`.
+template <typename T, typename Block>
+void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Block&& block) {
+  const bool contig = v.is_contiguous();
+  Gather g(v, contig ? 0 : begin, sizeof(T));
+  const T* base = static_cast<const T*>(v.data) + (contig ? begin : 0);
+  for (i64 pos = begin; pos < end; pos += kBlock) {
+    const int n = static_cast<int>(std::min<i64>(kBlock, end - pos));
+    const T* src = base + (pos - begin);
+    if (!contig) {
+      g.next(n, buf);
+      src = buf;
+    }
+    block(src, n);
+  }
+}
+
+void run16(const TensorView& v, i64 begin, i64 end, bool bf16, Stats& out) {
+  auto A = std::make_unique<Acc32>();
+  alignas(64) u32 buf[kBlock];
+  alignas(64) u16 raw[kBlock];
+  for_each_block(v, begin, end, raw, [&](const u16* src, int n) {
+    if (bf16)
+      bf16_to_f32(src, n, buf);
+    else
+      f16_to_f32(src, n, buf);
+    block32_portable(buf, n, *A);
+  });
+  finish32(*A, out);
+}
+
+void run32(const TensorView& v, i64 begin, i64 end, Stats& out) {
+  auto A = std::make_unique<Acc32>();
+  alignas(64) u32 buf[kBlock];
+  for_each_block(v, begin, end, buf, [&](const u32* src, int n) { block32_portable(src, n, *A); });
+  finish32(*A, out);
+}
+
+void run64(const TensorView& v, i64 begin, i64 end, Stats& out) {
+  auto A = std::make_unique<Acc64>();
+  alignas(64) u64 buf[kBlock];
+  for_each_block(v, begin, end, buf, [&](const u64* src, int n) { block64(src, n, *A); });
+  finish64(*A, out);
+}
+
+}  // namespace
+
+void run_stats_portable(const TensorView& v, i64 begin, i64 end, Stats& out) {
+  switch (v.dtype) {
+    case DType::kFloat32:
+      run32(v, begin, end, out);
+      break;
+    case DType::kFloat16:
+      run16(v, begin, end, false, out);
+      break;
+    case DType::kBFloat16:
+      run16(v, begin, end, true, out);
+      break;
+    case DType::kFloat64:
+      run64(v, begin, end, out);
+      break;
+  }
+}
+
+}  // namespace ampscope::detail

@@ -1,0 +1,115 @@
+// Internals shared by the two builds of the CPU stats kernel (stats_cpu_portable.cpp and
+// stats_cpu_avx2.cpp): element types, the per-call accumulator, bit-level helpers and the entry
+// points of each build. Not a public header; no torch.
+//
+// Every count is an integer compare on |bits| of a float32 bit pattern (for non-negative floats
+// the bit pattern orders like the value), so counts are exact and independent of FTZ/DAZ modes.
+// The format counts are "how many |x| lie below threshold T" for the twelve float32 thresholds of
+// stats_thresholds.h (three per target format: underflow, subnormal, overflow).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "ampscope/profiler/stats.h"
+#include "stats_thresholds.h"
+
+#define AMP_INLINE inline __attribute__((always_inline))
+#define AMP_INLINE_CE constexpr __attribute__((always_inline))
+
+namespace ampscope::detail {
+
+using u8 = std::uint8_t;
+using u16 = std::uint16_t;
+using u32 = std::uint32_t;
+using u64 = std::uint64_t;
+using i32 = std::int32_t;
+using i64 = std::int64_t;
+
+inline constexpr int kBlock = 2048;  // elements per block (8 KiB of float32 bits)
+inline constexpr int kNumTh = kNumThresholds;
+
+/// Thresholds on |float32 bits|, counted as "|x| < T" (shared with the CUDA kernel).
+inline constexpr u32 kTh[kNumTh] = {AMPSCOPE_FORMAT_THRESHOLDS};
+
+inline constexpr u32 kAbs32 = 0x7FFFFFFFu;
+inline constexpr u32 kInf32 = 0x7F800000u;
+inline constexpr u64 kAbs64 = 0x7FFFFFFFFFFFFFFFull;
+inline constexpr u64 kInf64 = 0x7FF0000000000000ull;
+
+// Exponent histogram index ranges: float32 domain [-149, 127], float64 domain [-1074, 1023].
+inline constexpr int kOff32 = kExpOffset32;
+inline constexpr int kBins32 = kExpBins32;
+inline constexpr int kOff64 = 1074;
+inline constexpr int kBins64 = 1074 + 1024;
+
+/// The running sums of one accumulate call.
+template <int NBins>
+struct Acc {
+  i64 count = 0, nan = 0, posinf = 0, neginf = 0, zeros = 0;
+  i64 lt[kNumTh] = {};
+  double sum = 0.0, sum_sq = 0.0;
+  u64 amax = 0;          // largest finite |bits| (float32 or float64 domain)
+  u64 amin1 = ~0ull;     // smallest finite nonzero |bits| minus 1
+  i64 hist[NBins] = {};  // index: exponent + offset
+};
+using Acc32 = Acc<kBins32>;
+using Acc64 = Acc<kBins64>;
+
+AMP_INLINE_CE float f32_of(u32 b) { return __builtin_bit_cast(float, b); }
+AMP_INLINE_CE double f64_of(u64 b) { return __builtin_bit_cast(double, b); }
+
+/// Exact floor(log2) of a nonzero finite float32 magnitude (bits without sign).
+AMP_INLINE int exp_of32(u32 a) {
+  const int b = static_cast<int>(a >> 23);
+  if (b != 0) return b - 127;
+  return -149 + (31 - __builtin_clz(a));
+}
+/// Exact floor(log2) of a nonzero finite float64 magnitude.
+AMP_INLINE int exp_of64(u64 a) {
+  const int b = static_cast<int>(a >> 52);
+  if (b != 0) return b - 1023;
+  return -1074 + (63 - __builtin_clzll(a));
+}
+
+/// float16 bits -> float32 bits, exact, branchless (selects, so it vectorises). NaN payloads keep
+/// their bits; subnormals become normal float32 via an exact int-to-float conversion times 2^-24.
+AMP_INLINE_CE u32 f16_bits_to_f32(u32 h) {
+  const u32 sign = (h & 0x8000u) << 16;
+  const u32 mag = h & 0x7FFFu;
+  const u32 normal = (mag << 13) + 0x38000000u;   // rebias 15 -> 127
+  const u32 special = (mag << 13) | 0x7F800000u;  // inf / NaN
+  const u32 sub = __builtin_bit_cast(u32, static_cast<float>(static_cast<i32>(mag)) * 0x1p-24f);
+  const u32 r = mag >= 0x7C00u ? special : (mag >= 0x0400u ? normal : sub);  // sub(0) = +0
+  return r | sign;
+}
+/// bfloat16 bits -> float32 bits: exact by construction.
+AMP_INLINE_CE u32 bf16_bits_to_f32(u32 h) { return h << 16; }
+
+AMP_INLINE void bf16_to_f32(const u16* __restrict src, int n, u32* __restrict dst) {
+  for (int i = 0; i < n; ++i) dst[i] = bf16_bits_to_f32(src[i]);
+}
+AMP_INLINE void f16_to_f32(const u16* __restrict src, int n, u32* __restrict dst) {
+  for (int i = 0; i < n; ++i) dst[i] = f16_bits_to_f32(src[i]);
+}
+
+// ---- the portable build (stats_cpu_portable.cpp), also the AVX2 build's fallback for rare blocks
+
+/// Any block of float32 bits (n <= kBlock): the fast path when it applies, the general one else.
+void block32_portable(const u32* __restrict x, int n, Acc32& A);
+/// The general block: every count by compare; handles NaN/inf and float32 subnormals.
+void block32_general(const u32* __restrict x, int n, Acc32& A);
+/// Adds an accumulator's results into `out` (float32 domain or float64 domain).
+void finish32(const Acc32& A, Stats& out);
+void finish64(const Acc64& A, Stats& out);
+/// Elements [begin, end) of any view, portable build.
+void run_stats_portable(const TensorView& v, i64 begin, i64 end, Stats& out);
+
+// ---- the AVX2/FMA/F16C build (stats_cpu_avx2.cpp; x86-64 GCC/Clang only)
+
+/// Whether this CPU and compiler can run the AVX2 build.
+bool stats_avx2_usable();
+/// Elements [begin, end) of any view, AVX2 build (call only when stats_avx2_usable()).
+void run_stats_avx2(const TensorView& v, i64 begin, i64 end, Stats& out);
+
+}  // namespace ampscope::detail
