@@ -1,3 +1,4 @@
+#include <ampscope/hooks/grad_scaler.h>
 #include <ampscope/hooks/session.h>
 #include <ampscope/reports/files.h>
 #include <ampscope/reports/html.h>
@@ -86,6 +87,16 @@ void Session::optimizer_step(torch::optim::Optimizer& optimizer) {
     optimizer.step();
   }
   Observer::mark_step();
+}
+
+bool Session::optimizer_step(GradScaler& scaler, torch::optim::Optimizer& optimizer) {
+  OptimizerScope scope;
+  bool stepped = scaler.step(optimizer);
+  // Ended before the update: the observer then counts the update's _amp_update_scale_ as the
+  // end of this (already ended) step rather than ending another one.
+  Observer::mark_step();
+  scaler.update();
+  return stepped;
 }
 
 bool Session::stop_requested() const {

@@ -14,6 +14,8 @@ class Optimizer;
 
 namespace ampscope {
 
+class GradScaler;
+
 struct SessionOptions {
   std::string out_dir;         ///< where stop()/the destructor write the reports ("" = nowhere)
   int every = 1;               ///< record steps 0, N, 2N, ...
@@ -61,6 +63,11 @@ class Session {
   void step();
   /// Runs `optimizer.step()` as optimizer-phase work, then ends the step.
   void optimizer_step(torch::optim::Optimizer& optimizer);
+  /// Runs `scaler.step(optimizer)` as optimizer-phase work, ends the step, then runs
+  /// `scaler.update()` (recorded as that step's loss-scale entry). The step ends exactly once,
+  /// also when the scaler skips optimizer.step() on inf/NaN gradients. Returns whether
+  /// optimizer.step() ran. Do not call scaler.update() again for this iteration.
+  bool optimizer_step(GradScaler& scaler, torch::optim::Optimizer& optimizer);
 
   /// True once an op produced a NaN/Inf and stop_on_nonfinite is set: the training loop should
   /// end now (the report then says run.stopped = "nonfinite").
