@@ -7,6 +7,8 @@
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/graph_task.h>
 
@@ -362,17 +364,49 @@ AutocastClass classify(const Call& call, std::int8_t compute) {
   return AutocastClass::kFp32;
 }
 
+/// A GradScaler update whose scale and found_inf are still device tensors: copies taken on the
+/// op's stream, read back in batches so that no update syncs with the device by itself.
+struct PendingLossScale {
+  std::int64_t step = 0;
+  at::Tensor scale, found_inf;
+  c10::Stream stream;
+};
+constexpr std::size_t kMaxPendingLossScales = 64;
+/// Guarded by global().records_mu; never destroyed (device tensors must not be freed at exit).
+std::vector<PendingLossScale>& pending_loss_scales() {
+  static auto* pending = new std::vector<PendingLossScale>();
+  return *pending;
+}
+
+/// Reads every pending update into g.loss_scale, in order (one device sync for the batch).
+/// Caller holds records_mu.
+void resolve_pending_loss_scales(GlobalState& g) {
+  at::DisableRecordFunctionGuard no_observe;
+  for (auto& p : pending_loss_scales()) {
+    std::optional<c10::StreamGuard> on_stream;
+    if (p.stream.device_type() != c10::DeviceType::CPU) on_stream.emplace(p.stream);
+    append_loss_scale(g.loss_scale,
+                      {p.step, p.scale.item<double>(), p.found_inf.item<double>() != 0.0});
+    ++g.loss_scale_updates;
+  }
+  pending_loss_scales().clear();
+}
+
 void record_loss_scale(const Call& call, std::int64_t step) {
-  // _amp_update_scale_(scale, growth_tracker, found_inf, ...): scale is updated in place.
+  // _amp_update_scale_(scale, growth_tracker, found_inf, ...): scale is updated in place, so
+  // its value now is copied (on the current stream, after the update) and read later.
   if (call.inputs.size() < 3 || !call.inputs[0].isTensor() || !call.inputs[2].isTensor()) return;
   const at::Tensor& scale = call.inputs[0].toTensor();
   const at::Tensor& found_inf = call.inputs[2].toTensor();
-  if (!scale.defined() || !found_inf.defined() || !scale.is_cpu() || !found_inf.is_cpu()) return;
+  if (!scale.defined() || !found_inf.defined()) return;
   at::DisableRecordFunctionGuard no_observe;
-  LossScaleRecord rec{step, scale.item<double>(), found_inf.item<double>() != 0.0};
+  const auto device = scale.device();
+  PendingLossScale p{step, scale.clone(), found_inf.clone(),
+                     c10::impl::getDeviceGuardImpl(device.type())->getStream(device)};
   auto& g = global();
   std::lock_guard<std::mutex> lock(g.records_mu);
-  g.loss_scale.push_back(rec);
+  pending_loss_scales().push_back(std::move(p));
+  if (pending_loss_scales().size() >= kMaxPendingLossScales) resolve_pending_loss_scales(g);
 }
 
 void record_first_nonfinite(const at::RecordFunction& fn, const Call& call,
@@ -519,6 +553,10 @@ void Observer::start(const ObserverOptions& options) {
   std::lock_guard<std::mutex> lock(detail::g_control_mu);
   if (g.running.load()) throw std::logic_error("ampscope: the observer is already running");
   g.reset();
+  {
+    std::lock_guard<std::mutex> records(g.records_mu);
+    detail::pending_loss_scales().clear();
+  }
   g.every = options.every < 1 ? 1 : options.every;
   g.shadow = options.shadow;
   g.generation.fetch_add(1, std::memory_order_acq_rel);
@@ -581,6 +619,7 @@ ObserverSnapshot Observer::snapshot() {
   {
     std::lock_guard<std::mutex> lock(g.records_mu);
     snap.first_nonfinite = g.first_nonfinite;
+    detail::resolve_pending_loss_scales(g);
     snap.loss_scale = g.loss_scale;
   }
   snap.steps = g.step.load();

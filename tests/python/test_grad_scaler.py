@@ -173,3 +173,29 @@ def test_cpp_state_into_python_continues_like_cpp(tmp_path):
     t = cpp_first["trajectory"]
     assert any(not p["stepped"] for p in t)
     assert any(b["scale"] > a["scale"] for a, b in zip(t, t[1:]))
+
+
+def test_cpu_demo_with_scaler_records_every_update(cli, tmp_path):
+    """The demo's GradScaler path (the one `--device cuda` takes) on the CPU: one loss-scale entry
+    per step, halving exactly on the steps with inf/NaN gradients, which begin with the planted
+    overflow of blocks.1.ffn.wo; its steps are the ones skipped."""
+    steps = 8
+    res = cli("demo", "--device", "cpu", "--dtype", "float16", "--scaler", "--steps", steps,
+              "--out", tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert "with GradScaler" in res.stdout
+    r = json.loads((tmp_path / "report.json").read_text())
+    ls = r["loss_scale"]
+    assert [p["step"] for p in ls] == list(range(steps))
+    scale = 65536.0
+    for p in ls:  # growth_interval 2000: only backoffs within 8 steps
+        scale = scale * 0.5 if p["found_inf"] else scale
+        assert p["scale"] == scale
+    found = [p["step"] for p in ls if p["found_inf"]]
+    assert found and found[0] == r["first_nonfinite"]["step"] == steps // 2
+    assert r["first_nonfinite"]["layer"] == "blocks.1.ffn.wo"
+    skipped = [i for i, line in enumerate(l for l in res.stdout.splitlines() if l.startswith("step "))
+               if "optimizer step skipped" in line]
+    assert skipped == found
+    assert f"loss scale: 65536 -> {scale:g} over {steps} updates, {len(found)} with inf/NaN" in res.stdout
+    assert r["run"]["steps"] == steps

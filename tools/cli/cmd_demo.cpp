@@ -17,7 +17,7 @@ namespace {
 
 constexpr const char* kHelp = R"(usage: ampscope demo [--device cpu|cuda] [--dtype float16|bfloat16] [--steps N]
                      [--every N] [--out DIR] [--map FILE] [--shadow] [--stop-on-nonfinite]
-                     [--fail-on-nonfinite] [--quiet]
+                     [--fail-on-nonfinite] [--quiet] [--scaler]
 
 Trains the bundled example (a small transformer language model on synthetic data) under
 autocast while ampscope profiles it, then writes DIR/report.json, DIR/report.html and
@@ -40,6 +40,9 @@ what the precision map pins; in a bfloat16 run the summary shows it as float16 h
                           first NaN/Inf, write the report, exit with code 3
   --fail-on-nonfinite     exit with code 3 when a non-finite value was seen
   --quiet                 no per-step progress lines
+  --scaler                train with ampscope::GradScaler (always on for cuda + float16):
+                          steps with inf/NaN gradients are skipped and the scale backs off;
+                          the report's loss_scale lists every update
 Ctrl-C stops training early; the report of the steps seen is still written.
 )";
 
@@ -47,7 +50,7 @@ Ctrl-C stops training early; the report of the steps seen is still written.
 
 int cmd_demo(const Argv& argv) {
   Args a(argv, {"--device", "--dtype", "--steps", "--every", "--out", "--map"},
-         {"--fail-on-nonfinite", "--quiet", "--shadow", "--stop-on-nonfinite"}, "demo");
+         {"--fail-on-nonfinite", "--quiet", "--shadow", "--stop-on-nonfinite", "--scaler"}, "demo");
   if (a.help()) return fmt::print("{}", kHelp), 0;
   if (!a.positional().empty()) throw UsageError("demo takes no positional arguments");
   demo::DemoOptions o;
@@ -69,14 +72,25 @@ int cmd_demo(const Argv& argv) {
   o.map_path = a.value("--map");
   o.shadow = a.flag("--shadow");
   o.stop_on_nonfinite = a.flag("--stop-on-nonfinite");
+  o.scaler = a.flag("--scaler");
   if (!o.map_path.empty()) reports::read_precision_map(o.map_path);  // bad maps fail up front
-  fmt::print("ampscope demo: {} steps on {} under {} autocast\n", o.steps, o.device, o.dtype);
+  const bool scaler = o.scaler || (o.device == "cuda" && o.dtype == "float16");
+  fmt::print("ampscope demo: {} steps on {} under {} autocast{}\n", o.steps, o.device, o.dtype,
+             scaler ? " with GradScaler" : "");
   std::fflush(stdout);
   demo::DemoResult result = demo::run_demo(o);
   reports::Report report = reports::read_report(result.report_path);
   reports::SummaryOptions so;
   so.color = isatty(fileno(stdout)) != 0;
   fmt::print("\n{}", reports::render_summary(report, so));
+  if (!report.loss_scale.empty()) {
+    std::size_t found = 0;
+    for (const auto& p : report.loss_scale) found += p.found_inf ? 1 : 0;
+    fmt::print("loss scale: {:g} -> {:g} over {} updates, {} with inf/NaN gradients (step "
+               "skipped)\n",
+               report.loss_scale.front().scale, report.loss_scale.back().scale,
+               report.loss_scale.size(), found);
+  }
   if (result.interrupted) fmt::print("interrupted after {} steps\n", result.steps_run);
   if (result.stopped_on_nonfinite)
     fmt::print("stopped at the first non-finite value, in step {}\n", result.steps_run);

@@ -1,6 +1,7 @@
 #include "demo.h"
 
 #include <ampscope/hooks/autocast_guard.h>
+#include <ampscope/hooks/grad_scaler.h>
 #include <ampscope/hooks/layers.h>
 #include <ampscope/hooks/session.h>
 
@@ -159,6 +160,26 @@ bool grads_finite(LanguageModel& model) {
   return true;
 }
 
+/// One iteration after the forward: backward and optimizer step, with the scaler when it is
+/// enabled (it skips the step on inf/NaN gradients), else skipping on a non-finite loss or
+/// gradient by hand. Ends the step on the session either way. Returns whether the step ran.
+bool backward_and_step(Session& session, GradScaler& scaler, torch::optim::Optimizer& optimizer,
+                       LanguageModel& model, const torch::Tensor& loss) {
+  optimizer.zero_grad();
+  if (scaler.is_enabled()) {
+    scaler.scale(loss).backward();
+    return session.optimizer_step(scaler, optimizer);
+  }
+  loss.backward();
+  bool ok = std::isfinite(loss.item<float>()) && grads_finite(model);
+  if (ok) {
+    session.optimizer_step(optimizer);
+  } else {
+    session.step();
+  }
+  return ok;
+}
+
 c10::ScalarType parse_dtype(const std::string& d) {
   if (d == "float16") return torch::kHalf;
   if (d == "bfloat16") return torch::kBFloat16;
@@ -189,8 +210,9 @@ DemoResult run_demo(const DemoOptions& options) {
   so.autocast_dtype = options.dtype;
   so.shadow = options.shadow;
   so.stop_on_nonfinite = options.stop_on_nonfinite;
-  so.command = fmt::format("ampscope demo --device {} --dtype {} --steps {}{}{}{}",
+  so.command = fmt::format("ampscope demo --device {} --dtype {} --steps {}{}{}{}{}",
                            options.device, options.dtype, options.steps,
+                           options.scaler ? " --scaler" : "",
                            options.map_path.empty() ? "" : " --map " + options.map_path,
                            options.shadow ? " --shadow" : "",
                            options.stop_on_nonfinite ? " --stop-on-nonfinite" : "");
@@ -199,6 +221,10 @@ DemoResult run_demo(const DemoOptions& options) {
   if (!options.map_path.empty()) session.apply_precision_map(options.map_path);
   SignalScope signals;
   DemoResult result;
+  result.scaler = options.scaler || (device.is_cuda() && dtype == torch::kHalf);
+  GradScalerOptions scaler_options;
+  scaler_options.enabled = result.scaler;
+  GradScaler scaler(scaler_options);
   session.start();
   for (int step = 0; step < options.steps && !g_interrupted.load(); ++step) {
     auto [x, y] = make_batch(device);
@@ -213,21 +239,15 @@ DemoResult run_demo(const DemoOptions& options) {
       result.stopped_on_nonfinite = true;
       break;
     }
-    optimizer.zero_grad();
-    loss.backward();
-    float loss_value = loss.item<float>();
-    bool ok = std::isfinite(loss_value) && grads_finite(model);
-    if (ok) {
-      session.optimizer_step(optimizer);
-    } else {
-      session.step();
-      ++result.steps_skipped;
-    }
+    bool ok = backward_and_step(session, scaler, optimizer, model, loss);
+    if (!ok) ++result.steps_skipped;
     grow_wo(model, 2.0);
     ++result.steps_run;
     if (!options.quiet) {
-      fmt::print("step {:>3}/{}  loss {:>9.4f}{}\n", step + 1, options.steps, loss_value,
-                 ok ? "" : "  (non-finite: optimizer step skipped)");
+      at::DisableRecordFunctionGuard unobserved;  // progress output is not the model's work
+      std::string scale = result.scaler ? fmt::format("  scale {:g}", scaler.get_scale()) : "";
+      fmt::print("step {:>3}/{}  loss {:>9.4f}{}{}\n", step + 1, options.steps,
+                 loss.item<float>(), scale, ok ? "" : "  (non-finite: optimizer step skipped)");
       std::fflush(stdout);
     }
   }

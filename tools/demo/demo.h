@@ -19,11 +19,15 @@ struct DemoOptions {
   std::string map_path;          ///< precision map to apply before training ("" = none)
   bool shadow = false;           ///< float32 shadow re-checks of low-precision ops
   bool stop_on_nonfinite = false;  ///< end training right after the first NaN/Inf
+  /// Train with ampscope::GradScaler (loss scaling, steps skipped on inf/NaN gradients). Always
+  /// on for cuda + float16, as a float16 run on a GPU would be.
+  bool scaler = false;
 };
 
 struct DemoResult {
   int steps_run = 0;
   int steps_skipped = 0;   ///< optimizer steps skipped on a non-finite loss or gradient
+  bool scaler = false;     ///< trained with the GradScaler
   bool interrupted = false;
   bool stopped_on_nonfinite = false;  ///< ended by stop_on_nonfinite
   std::string report_path;
