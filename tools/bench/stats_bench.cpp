@@ -20,23 +20,28 @@
 namespace {
 
 struct Options {
-  std::vector<std::int64_t> sizes = {4 << 10, 1 << 20, 64 << 20, 256 << 20};  // bytes
+  std::vector<std::int64_t> sizes = {std::int64_t{4} << 10,   std::int64_t{64} << 10,
+                                     std::int64_t{1} << 20,   std::int64_t{16} << 20,
+                                     std::int64_t{256} << 20, std::int64_t{1} << 30};  // bytes
   std::vector<c10::ScalarType> dtypes = {at::kFloat, at::kHalf, at::kBFloat16};
   int reps = 5;
-  int threads = 0;                          // 0: torch's default and hardware_concurrency
-  std::int64_t composed_max = 64 << 20;    // larger sizes: composed time extrapolated
+  int threads = 0;                       // 0: torch's default and hardware_concurrency
+  std::int64_t composed_max = 64 << 20;  // larger sizes: composed time extrapolated
   std::string json;
 };
 
 void usage(const char* argv0) {
   std::printf(
-      "usage: %s [--sizes 4K,1M,64M,256M] [--dtypes float32,float16,bfloat16] [--reps N]\n"
+      "usage: %s [--sizes 4K,64K,1M,16M,256M,1G] [--dtypes float32,float16,bfloat16] [--reps N]\n"
       "          [--threads N] [--composed-max SIZE] [--no-simd] [--json FILE]\n"
       "  Times ampscope::tensor_stats, at::sum and the same stats composed from ATen ops on randn\n"
-      "  tensors of each size (bytes) and dtype; prints the median of N interleaved repetitions.\n"
+      "  tensors of each size (bytes) and dtype; prints the median of N interleaved repetitions,\n"
+      "  then a compact table of throughput ratios (median, and best-of-N in parentheses: the\n"
+      "  best is the steadier figure on a loaded machine).\n"
       "  --threads N        threads for both torch and the stats kernel (default: torch's default\n"
       "                     for at::sum, hardware_concurrency for tensor_stats)\n"
-      "  --composed-max S   largest size at which the composed ATen version is timed (default 64M;\n"
+      "  --composed-max S   largest size at which the composed ATen version is timed (default "
+      "64M;\n"
       "                     it takes seconds per run); above it its time is extrapolated linearly\n"
       "                     from the largest timed size and marked '~'\n"
       "  --no-simd          time the stats kernel's portable build instead of its AVX2 one\n",
@@ -47,10 +52,14 @@ std::int64_t parse_size(const std::string& s) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
   std::string suffix = end ? end : "";
-  if (suffix == "K" || suffix == "k" || suffix == "KiB") v *= 1 << 10;
-  else if (suffix == "M" || suffix == "m" || suffix == "MiB") v *= 1 << 20;
-  else if (suffix == "G" || suffix == "g" || suffix == "GiB") v *= 1 << 30;
-  else if (!suffix.empty()) throw std::runtime_error("bad size: " + s);
+  if (suffix == "K" || suffix == "k" || suffix == "KiB")
+    v *= 1 << 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB")
+    v *= 1 << 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB")
+    v *= 1 << 30;
+  else if (!suffix.empty())
+    throw std::runtime_error("bad size: " + s);
   return static_cast<std::int64_t>(v);
 }
 
@@ -68,11 +77,16 @@ std::vector<std::string> split(const std::string& s) {
 
 const char* dtype_name(c10::ScalarType t) {
   switch (t) {
-    case at::kFloat: return "float32";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kDouble: return "float64";
-    default: return "?";
+    case at::kFloat:
+      return "float32";
+    case at::kHalf:
+      return "float16";
+    case at::kBFloat16:
+      return "bfloat16";
+    case at::kDouble:
+      return "float64";
+    default:
+      return "?";
   }
 }
 
@@ -86,7 +100,8 @@ std::string size_name(std::int64_t b) {
 /// The stats block computed with ATen ops only (what one would write without the kernel):
 /// 16-bit inputs are widened to float32 once (exact), masks are counted with count_nonzero.
 ampscope::Stats composed_stats(const at::Tensor& t0) {
-  static const c10::ScalarType formats[] = {at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn, at::kFloat8_e5m2};
+  static const c10::ScalarType formats[] = {at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn,
+                                            at::kFloat8_e5m2};
   static const double min_normal[] = {0x1p-14, 0x1p-126, 0x1p-6, 0x1p-14};
   auto cnt = [](const at::Tensor& m) { return at::count_nonzero(m).item<std::int64_t>(); };
   const auto t = t0.scalar_type() == at::kDouble ? t0 : t0.to(at::kFloat);
@@ -101,11 +116,14 @@ ampscope::Stats composed_stats(const at::Tensor& t0) {
   auto nzf = fin & t.ne(0);
   s.absmax = at::where(fin, a, at::zeros({}, a.options())).amax().item<double>();
   s.absmin_nonzero =
-      at::where(nzf, a, at::full({}, std::numeric_limits<double>::infinity(), a.options())).amin().item<double>();
+      at::where(nzf, a, at::full({}, std::numeric_limits<double>::infinity(), a.options()))
+          .amin()
+          .item<double>();
   auto d = at::where(fin, t, at::zeros({}, t.options())).to(at::kDouble);
   s.sum = d.sum().item<double>();
   s.sum_sq = d.mul(d).sum().item<double>();
-  auto e = std::get<1>(at::frexp(at::where(nzf, a, at::zeros({}, a.options()))));  // frexp(0) = (0, 0)
+  auto e =
+      std::get<1>(at::frexp(at::where(nzf, a, at::zeros({}, a.options()))));  // frexp(0) = (0, 0)
   auto counts = at::bincount(at::where(nzf, e + 1200, at::zeros({}, e.options())));
   auto* p = counts.to(at::kLong).contiguous().data_ptr<std::int64_t>();
   for (std::int64_t i = 1; i < counts.numel(); ++i)
@@ -135,9 +153,12 @@ double median(std::vector<double> v) {
 struct Row {
   std::int64_t bytes, numel;
   const char* dtype;
-  double stats_s, sum_s, composed_s;
+  double stats_s, sum_s, composed_s;  // medians
+  double stats_best_s, sum_best_s;    // best of the repetitions
   bool agree;
   bool extrapolated;
+  double ratio() const { return sum_s / stats_s; }
+  double best_ratio() const { return sum_best_s / stats_best_s; }
 };
 
 bool same_counts(const ampscope::Stats& a, const ampscope::Stats& b) {
@@ -147,137 +168,224 @@ bool same_counts(const ampscope::Stats& a, const ampscope::Stats& b) {
          a.absmin_nonzero == b.absmin_nonzero;
 }
 
+/// randn values of dtype `dt`, made in chunks so a 1 GiB tensor needs no 4 GiB float32 temporary.
+at::Tensor randn_of(std::int64_t n, c10::ScalarType dt) {
+  auto t = at::empty({n}, at::TensorOptions().dtype(dt));
+  constexpr std::int64_t kChunk = std::int64_t{1} << 24;
+  for (std::int64_t p = 0; p < n; p += kChunk) {
+    const std::int64_t m = std::min(kChunk, n - p);
+    t.slice(0, p, p + m).copy_(at::randn({m}, at::TensorOptions().dtype(at::kFloat)));
+  }
+  return t;
+}
+
+/// Timed runs of the three ways on one tensor. `last_comp` (per dtype: numel and seconds of the
+/// largest composed run timed) scales the composed time of sizes above --composed-max.
+Row measure(std::int64_t bytes, c10::ScalarType dt, const Options& opt,
+            std::map<c10::ScalarType, std::pair<std::int64_t, double>>& last_comp) {
+  const std::int64_t esize = c10::elementSize(dt);
+  const std::int64_t n = std::max<std::int64_t>(1, bytes / esize);
+  auto t = randn_of(n, dt);
+  // Enough inner iterations that a small tensor's time is measurable.
+  const int inner =
+      static_cast<int>(std::clamp<std::int64_t>((std::int64_t{4} << 20) / (n * esize), 1, 1000));
+  std::vector<double> ts, tsum, tcomp;
+  ampscope::Stats st, comp;
+  volatile double sink = 0;
+  const bool timed_comp = bytes <= opt.composed_max;
+  // Warm up each once, then interleave the repetitions.
+  st = ampscope::tensor_stats(t, opt.threads);
+  sink = sink + at::sum(t).item<double>();
+  const bool big = bytes >= (64 << 20);  // composed takes seconds there: one timed run
+  if (timed_comp && !big) comp = composed_stats(t);
+  const int comp_inner = std::max(1, inner / 20);
+  for (int r = 0; r < opt.reps; ++r) {
+    ts.push_back(seconds_of([&] {
+                   for (int k = 0; k < inner; ++k) st = ampscope::tensor_stats(t, opt.threads);
+                 }) /
+                 inner);
+    tsum.push_back(seconds_of([&] {
+                     for (int k = 0; k < inner; ++k) sink = sink + at::sum(t).item<double>();
+                   }) /
+                   inner);
+    if (timed_comp && (big ? r == 0 : r < 3))
+      tcomp.push_back(seconds_of([&] {
+                        for (int k = 0; k < comp_inner; ++k) comp = composed_stats(t);
+                      }) /
+                      comp_inner);
+  }
+  double comp_s = 0;
+  bool agree = true;
+  if (timed_comp) {
+    comp_s = median(tcomp);
+    agree = same_counts(st, comp);
+    last_comp[dt] = {n, comp_s};
+  } else if (last_comp.count(dt) != 0) {
+    comp_s =
+        last_comp[dt].second * static_cast<double>(n) / static_cast<double>(last_comp[dt].first);
+  }
+  return Row{bytes,
+             n,
+             dtype_name(dt),
+             median(ts),
+             median(tsum),
+             comp_s,
+             *std::min_element(ts.begin(), ts.end()),
+             *std::min_element(tsum.begin(), tsum.end()),
+             agree,
+             !timed_comp};
+}
+
+void print_row(const Row& row) {
+  const double gb = static_cast<double>(row.bytes) / 1e9;
+  char comp_ms[32] = "n/a", comp_ratio[32] = "n/a";
+  if (row.composed_s > 0) {
+    std::snprintf(comp_ms, sizeof(comp_ms), "%s%.3f", row.extrapolated ? "~" : "",
+                  row.composed_s * 1e3);
+    std::snprintf(comp_ratio, sizeof(comp_ratio), "%s%.1f", row.extrapolated ? "~" : "",
+                  row.composed_s / row.stats_s);
+  }
+  std::printf("%-9s %-8s %10.3f %9.2f %10.3f %9.2f %8.2f %12s %9s %s\n",
+              size_name(row.bytes).c_str(), row.dtype, row.stats_s * 1e3, gb / row.stats_s,
+              row.sum_s * 1e3, gb / row.sum_s, row.ratio(), comp_ms, comp_ratio,
+              row.agree ? "" : "(counts differ from composed!)");
+  std::fflush(stdout);
+}
+
+/// One line per size, one column per dtype: stats/sum throughput (median, best) and composed/stats.
+void print_ratio_table(const std::vector<Row>& rows, const Options& opt) {
+  std::printf(
+      "\nstats / at::sum throughput, median (best); composed / stats time  [bars: >= 0.5 (goal "
+      "0.8); >= 5]\n");
+  std::printf("%-9s", "size");
+  for (auto dt : opt.dtypes) std::printf(" | %-25s", dtype_name(dt));
+  std::printf("\n");
+  for (auto bytes : opt.sizes) {
+    std::printf("%-9s", size_name(bytes).c_str());
+    for (auto dt : opt.dtypes) {
+      for (const auto& r : rows) {
+        if (r.bytes != bytes || std::strcmp(r.dtype, dtype_name(dt)) != 0) continue;
+        char comp[32] = "n/a";
+        if (r.composed_s > 0)
+          std::snprintf(comp, sizeof(comp), "%s%.0fx", r.extrapolated ? "~" : "",
+                        r.composed_s / r.stats_s);
+        char cell[64];
+        std::snprintf(cell, sizeof(cell), "%.2f (%.2f); %s", r.ratio(), r.best_ratio(), comp);
+        std::printf(" | %-25s", cell);
+      }
+    }
+    std::printf("\n");
+  }
+}
+
+bool write_json(const std::vector<Row>& rows, const Options& opt) {
+  FILE* f = std::fopen(opt.json.c_str(), "w");
+  if (f == nullptr) return false;
+  std::fprintf(
+      f, "{\n  \"benchmark\": \"stats\",\n  \"torch_threads\": %d,\n  \"stats_threads\": %d,\n",
+      at::get_num_threads(), opt.threads);
+  std::fprintf(f, "  \"simd\": %s,\n  \"reps\": %d,\n  \"results\": [\n",
+               ampscope::stats_simd() ? "true" : "false", opt.reps);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    std::fprintf(f,
+                 "    {\"bytes\": %lld, \"numel\": %lld, \"dtype\": \"%s\", \"stats_s\": %.9g, "
+                 "\"sum_s\": %.9g, "
+                 "\"stats_best_s\": %.9g, \"sum_best_s\": %.9g, \"composed_s\": %.9g, "
+                 "\"stats_over_sum_throughput\": %.4f, \"stats_over_sum_throughput_best\": %.4f, "
+                 "\"composed_over_stats_time\": %.3f, \"composed_extrapolated\": %s, "
+                 "\"counts_agree\": %s}%s\n",
+                 static_cast<long long>(r.bytes), static_cast<long long>(r.numel), r.dtype,
+                 r.stats_s, r.sum_s, r.stats_best_s, r.sum_best_s, r.composed_s, r.ratio(),
+                 r.best_ratio(), r.composed_s / r.stats_s, r.extrapolated ? "true" : "false",
+                 r.agree ? "true" : "false", i + 1 < rows.size() ? "," : "");
+  }
+  std::fprintf(f, "  ]\n}\n");
+  return std::fclose(f) == 0;
+}
+
+/// Parses the command line into `opt`; throws std::runtime_error on bad input. False: --help.
+bool parse_args(int argc, char** argv, Options& opt) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw std::runtime_error("missing value for " + a);
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      return false;
+    } else if (a == "--sizes") {
+      opt.sizes.clear();
+      for (auto& s : split(value())) opt.sizes.push_back(parse_size(s));
+    } else if (a == "--dtypes") {
+      opt.dtypes.clear();
+      for (auto& s : split(value())) {
+        if (s == "float32")
+          opt.dtypes.push_back(at::kFloat);
+        else if (s == "float16")
+          opt.dtypes.push_back(at::kHalf);
+        else if (s == "bfloat16")
+          opt.dtypes.push_back(at::kBFloat16);
+        else if (s == "float64")
+          opt.dtypes.push_back(at::kDouble);
+        else
+          throw std::runtime_error("bad dtype: " + s);
+      }
+    } else if (a == "--reps") {
+      opt.reps = std::max(1, std::atoi(value().c_str()));
+    } else if (a == "--threads") {
+      opt.threads = std::max(0, std::atoi(value().c_str()));
+    } else if (a == "--composed-max") {
+      opt.composed_max = parse_size(value());
+    } else if (a == "--no-simd") {
+      ampscope::set_stats_simd(false);
+    } else if (a == "--json") {
+      opt.json = value();
+    } else {
+      throw std::runtime_error("unknown argument: " + a);
+    }
+  }
+  for (auto b : opt.sizes)
+    if (b <= 0) throw std::runtime_error("sizes must be positive");
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   Options opt;
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string a = argv[i];
-      auto value = [&]() -> std::string {
-        if (i + 1 >= argc) throw std::runtime_error("missing value for " + a);
-        return argv[++i];
-      };
-      if (a == "--help" || a == "-h") {
-        usage(argv[0]);
-        return 0;
-      } else if (a == "--sizes") {
-        opt.sizes.clear();
-        for (auto& s : split(value())) opt.sizes.push_back(parse_size(s));
-      } else if (a == "--dtypes") {
-        opt.dtypes.clear();
-        for (auto& s : split(value())) {
-          if (s == "float32") opt.dtypes.push_back(at::kFloat);
-          else if (s == "float16") opt.dtypes.push_back(at::kHalf);
-          else if (s == "bfloat16") opt.dtypes.push_back(at::kBFloat16);
-          else if (s == "float64") opt.dtypes.push_back(at::kDouble);
-          else throw std::runtime_error("bad dtype: " + s);
-        }
-      } else if (a == "--reps") {
-        opt.reps = std::max(1, std::atoi(value().c_str()));
-      } else if (a == "--threads") {
-        opt.threads = std::max(0, std::atoi(value().c_str()));
-      } else if (a == "--composed-max") {
-        opt.composed_max = parse_size(value());
-      } else if (a == "--no-simd") {
-        ampscope::set_stats_simd(false);
-      } else if (a == "--json") {
-        opt.json = value();
-      } else {
-        throw std::runtime_error("unknown argument: " + a);
-      }
+    if (!parse_args(argc, argv, opt)) {
+      usage(argv[0]);
+      return 0;
     }
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s\n", e.what());
+    std::fprintf(stderr, "ampscope: error: %s\n", e.what());
     usage(argv[0]);
     return 2;
   }
-
   if (opt.threads > 0) at::set_num_threads(opt.threads);
-  std::printf("threads: at::sum %d, tensor_stats %s; stats kernel build: %s\n", at::get_num_threads(),
+  std::printf("threads: at::sum %d, tensor_stats %s; stats kernel build: %s\n",
+              at::get_num_threads(),
               opt.threads > 0 ? std::to_string(opt.threads).c_str() : "hardware_concurrency",
               ampscope::stats_simd() ? "AVX2" : "baseline");
-  std::printf("%-9s %-8s %10s %9s %10s %9s %8s %12s %9s %s\n", "size", "dtype", "stats ms", "GB/s", "sum ms",
-              "GB/s", "st/sum", "composed ms", "comp/st", "");
+  std::printf("%-9s %-8s %10s %9s %10s %9s %8s %12s %9s %s\n", "size", "dtype", "stats ms", "GB/s",
+              "sum ms", "GB/s", "st/sum", "composed ms", "comp/st", "");
   std::vector<Row> rows;
   std::map<c10::ScalarType, std::pair<std::int64_t, double>> last_comp;  // numel, seconds
-  for (auto bytes : opt.sizes) {
+  for (auto bytes : opt.sizes)
     for (auto dt : opt.dtypes) {
-      const std::int64_t esize = c10::elementSize(dt);
-      const std::int64_t n = std::max<std::int64_t>(1, bytes / esize);
-      auto t = at::randn({n}, at::TensorOptions().dtype(at::kFloat)).to(dt);
-      // Enough inner iterations that a small tensor's time is measurable.
-      const int inner = static_cast<int>(std::clamp<std::int64_t>((std::int64_t{4} << 20) / (n * esize), 1, 1000));
-      std::vector<double> ts, tsum, tcomp;
-      ampscope::Stats st, comp;
-      volatile double sink = 0;
-      const bool timed_comp = bytes <= opt.composed_max;
-      // Warm up each once, then interleave the repetitions.
-      st = ampscope::tensor_stats(t, opt.threads);
-      sink = sink + at::sum(t).item<double>();
-      const bool big = bytes >= (64 << 20);  // composed takes seconds there: one timed run
-      if (timed_comp && !big) comp = composed_stats(t);
-      const int comp_inner = std::max(1, inner / 20);
-      for (int r = 0; r < opt.reps; ++r) {
-        ts.push_back(seconds_of([&] {
-                       for (int k = 0; k < inner; ++k) st = ampscope::tensor_stats(t, opt.threads);
-                     }) / inner);
-        tsum.push_back(seconds_of([&] {
-                         for (int k = 0; k < inner; ++k) sink = sink + at::sum(t).item<double>();
-                       }) / inner);
-        if (timed_comp && (big ? r == 0 : r < 3))
-          tcomp.push_back(seconds_of([&] {
-                            for (int k = 0; k < comp_inner; ++k) comp = composed_stats(t);
-                          }) / comp_inner);
-      }
-      double comp_s = 0;
-      bool agree = true;
-      if (timed_comp) {
-        comp_s = median(tcomp);
-        agree = same_counts(st, comp);
-        last_comp[dt] = {n, comp_s};
-      } else if (last_comp.count(dt) != 0) {
-        comp_s = last_comp[dt].second * static_cast<double>(n) / static_cast<double>(last_comp[dt].first);
-      }
-      Row row{bytes, n, dtype_name(dt), median(ts), median(tsum), comp_s, agree, !timed_comp};
-      rows.push_back(row);
-      const double gb = static_cast<double>(n * esize) / 1e9;
-      char comp_ms[32] = "n/a", comp_ratio[32] = "n/a";
-      if (row.composed_s > 0) {
-        std::snprintf(comp_ms, sizeof(comp_ms), "%s%.3f", row.extrapolated ? "~" : "", row.composed_s * 1e3);
-        std::snprintf(comp_ratio, sizeof(comp_ratio), "%s%.1f", row.extrapolated ? "~" : "",
-                      row.composed_s / row.stats_s);
-      }
-      std::printf("%-9s %-8s %10.3f %9.2f %10.3f %9.2f %8.2f %12s %9s %s\n", size_name(bytes).c_str(), row.dtype,
-                  row.stats_s * 1e3, gb / row.stats_s, row.sum_s * 1e3, gb / row.sum_s, row.sum_s / row.stats_s,
-                  comp_ms, comp_ratio, row.agree ? "" : "(counts differ from composed!)");
-      std::fflush(stdout);
+      rows.push_back(measure(bytes, dt, opt, last_comp));
+      print_row(rows.back());
     }
-  }
-  std::printf("st/sum: stats throughput / at::sum throughput (bar >= 0.5); comp/st: composed time / stats time "
-              "(bar >= 5); ~: composed time extrapolated (see --composed-max)\n");
-
-  if (!opt.json.empty()) {
-    FILE* f = std::fopen(opt.json.c_str(), "w");
-    if (f == nullptr) {
-      std::fprintf(stderr, "cannot write %s\n", opt.json.c_str());
-      return 1;
-    }
-    std::fprintf(f, "{\n  \"torch_threads\": %d,\n  \"stats_threads\": %d,\n  \"simd\": %s,\n  \"reps\": %d,\n  \"results\": [\n",
-                 at::get_num_threads(), opt.threads, ampscope::stats_simd() ? "true" : "false", opt.reps);
-    for (std::size_t i = 0; i < rows.size(); ++i) {
-      const auto& r = rows[i];
-      std::fprintf(f,
-                   "    {\"bytes\": %lld, \"numel\": %lld, \"dtype\": \"%s\", \"stats_s\": %.9g, \"sum_s\": %.9g, "
-                   "\"composed_s\": %.9g, \"stats_over_sum_throughput\": %.4f, \"composed_over_stats_time\": "
-                   "%.3f, \"composed_extrapolated\": %s, \"counts_agree\": %s}%s\n",
-                   static_cast<long long>(r.bytes), static_cast<long long>(r.numel), r.dtype, r.stats_s, r.sum_s,
-                   r.composed_s, r.sum_s / r.stats_s, r.composed_s / r.stats_s, r.extrapolated ? "true" : "false",
-                   r.agree ? "true" : "false",
-                   i + 1 < rows.size() ? "," : "");
-    }
-    std::fprintf(f, "  ]\n}\n");
-    std::fclose(f);
+  std::printf(
+      "st/sum: stats throughput / at::sum throughput (bar >= 0.5); comp/st: composed time / stats "
+      "time "
+      "(bar >= 5); ~: composed time extrapolated (see --composed-max)\n");
+  print_ratio_table(rows, opt);
+  if (!opt.json.empty() && !write_json(rows, opt)) {
+    std::fprintf(stderr, "ampscope: error: cannot write %s\n", opt.json.c_str());
+    return 1;
   }
   return 0;
 }
