@@ -163,11 +163,26 @@ constexpr bool float_moments_safe(u32 amax32) {
   return amax32 < 0x5D000000u && amax32 >= 0x2B800000u;
 }
 
-// ---------------------------------------------------------------- exponent histogram and
-// thresholds
+// ---------------------------------------------------------------- histogram and thresholds
+
+/// Software prefetch of the next block, one cache line at a time, spread over the L1-only passes
+/// of the current one (without it, memory sits idle while a block is counted).
+struct Prefetch {
+  const char* p = nullptr;
+  const char* end = nullptr;
+  AMP_AVX2 void step() {
+    if (p < end) {
+      _mm_prefetch(p, _MM_HINT_T0);
+      p += 64;
+    }
+  }
+  AMP_AVX2 void drain() {
+    for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T0);
+  }
+};
 
 /// Counts of key bytes equal to each of kv[0..3] over n (a multiple of 32, at most 255*32) bytes.
-AMP_AVX2 void count_key4(const u8* __restrict key, int n, const u8 kv[4], u32 c[4]) {
+AMP_AVX2 void count_key4(const u8* __restrict key, int n, const u8 kv[4], u32 c[4], Prefetch& pf) {
   const __m256i t0 = _mm256_set1_epi8(static_cast<char>(kv[0])),
                 t1 = _mm256_set1_epi8(static_cast<char>(kv[1]));
   const __m256i t2 = _mm256_set1_epi8(static_cast<char>(kv[2])),
@@ -175,6 +190,7 @@ AMP_AVX2 void count_key4(const u8* __restrict key, int n, const u8 kv[4], u32 c[
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
   for (int i = 0; i < n; i += 32) {
     const __m256i k = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + i));
+    pf.step();
     a0 = _mm256_sub_epi8(a0, _mm256_cmpeq_epi8(k, t0));
     a1 = _mm256_sub_epi8(a1, _mm256_cmpeq_epi8(k, t1));
     a2 = _mm256_sub_epi8(a2, _mm256_cmpeq_epi8(k, t2));
@@ -223,6 +239,7 @@ struct KeyBlock {
   int emin, emax;
   int koff;
   i64 key_sum;
+  Prefetch* pf;
 };
 constexpr u8 kNoKey = 255;
 
@@ -260,7 +277,7 @@ AMP_AVX2 int sweep_binades(const KeyBlock& kb, u32* hb, i64& zeros, i64& left) {
     }
     for (int q = nb; q < 4; ++q) kv[q] = kNoKey, bins[q] = -2;
     u32 c[4];
-    count_key4(kb.key, kBlock, kv, c);
+    count_key4(kb.key, kBlock, kv, c, *kb.pf);
     for (int q = 0; q < 4; ++q) {
       if (bins[q] == -2) continue;
       if (bins[q] == -1)
@@ -370,6 +387,7 @@ AMP_AVX2 void count_block(const KeyBlock& kb, const Src& src, Acc32& A) {
       ex[k] += c[q] - below_binade(static_cast<int>(kTh[k] >> 23));
     }
   }
+  kb.pf->drain();
   // Thresholds: the cumulative counts below each threshold's binade, plus the exact part inside.
   for (int k = 0; k < kNumTh; ++k) A.lt[k] += below_binade(static_cast<int>(kTh[k] >> 23)) + ex[k];
 }
@@ -417,7 +435,8 @@ struct Src32 {
 };
 
 /// A full block of float32 bits.
-AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restrict x, Acc32& A) {
+AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restrict x, Acc32& A,
+                                                            Prefetch pf) {
   static_assert(kBlock % 128 == 0 && kBlock <= 255 * 32, "groups and byte counters");
   const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF);
   const __m256i ones = _mm256_set1_epi32(-1);
@@ -455,6 +474,7 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
   const u32 amax = hmax_epu32(mx), amin1 = hmin_epu32(mn);
   // Non-finite values or float32 subnormals: the general block (rare in real tensors).
   if (amax >= kInf32 || amin1 < 0x007FFFFFu) {
+    pf.drain();
     block32_general(x, kBlock, A);
     return;
   }
@@ -465,9 +485,9 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
         [&](int i)
             AMP_AVX2_TARGET { return _mm256_loadu_ps(reinterpret_cast<const float*>(x + i)); },
         sum, sum_sq);
-  if (!add_ranges(amax, amin1, sum, sum_sq, A)) return;
-  const KeyBlock kb{key, static_cast<int>((amin1 + 1u) >> 23), static_cast<int>(amax >> 23), 0,
-                    static_cast<i64>(hsum_epi64(ksum))};
+  if (!add_ranges(amax, amin1, sum, sum_sq, A)) return pf.drain();
+  const KeyBlock kb{key, static_cast<int>((amin1 + 1u) >> 23), static_cast<int>(amax >> 23),
+                    0,   static_cast<i64>(hsum_epi64(ksum)),   &pf};
   count_block(kb, Src32{x}, A);
 }
 
@@ -521,7 +541,8 @@ AMP_AVX2 void convert16(const u16* __restrict src, u32* __restrict dst) {
 /// A full block of float16 (kBF16 false) or bfloat16 bits, read in place. Blocks with subnormals
 /// or NaN/inf are converted to float32 and counted as such.
 template <bool kBF16>
-AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restrict x, Acc32& A) {
+AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restrict x, Acc32& A,
+                                                            Prefetch pf) {
   constexpr int kShift = kBF16 ? 7 : 10;  // exponent field
   constexpr u32 kInf16 = kBF16 ? kInfBF16 : kInfF16;
   constexpr u32 kMinNormal16 = kBF16 ? 0x0080u : 0x0400u;
@@ -567,7 +588,7 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restric
   if (amax16 >= kInf16 || amin1_16 < kMinNormal16 - 1) {  // NaN/inf or subnormals: as float32
     alignas(64) u32 buf[kBlock];
     convert16<kBF16>(x, buf);
-    block32_avx2(buf, A);
+    block32_avx2(buf, A, pf);
     return;
   }
   const u32 amax = kBF16 ? bf16_bits_to_f32(amax16) : f16_bits_to_f32(amax16);
@@ -579,14 +600,16 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restric
   if (kBF16 && !float_moments_safe(amax))
     moments_double(
         kBlock, [&](int i) AMP_AVX2_TARGET { return load8_as_f32<kBF16>(x + i); }, sum, sum_sq);
-  if (!add_ranges(amax, amin1, sum, sum_sq, A)) return;
-  const KeyBlock kb{key, static_cast<int>((amin1 + 1u) >> 23), static_cast<int>(amax >> 23),
-                    kKeyOff, static_cast<i64>(hsum_epi64(ksum))};
+  if (!add_ranges(amax, amin1, sum, sum_sq, A)) return pf.drain();
+  const KeyBlock kb{key,     static_cast<int>((amin1 + 1u) >> 23), static_cast<int>(amax >> 23),
+                    kKeyOff, static_cast<i64>(hsum_epi64(ksum)),   &pf};
   count_block(kb, Src16<kBF16>{x}, A);
 }
 
 // ---------------------------------------------------------------- drivers
 
+/// Hands each block of a view to `block(ptr, n, prefetch)`: contiguous views in place (with the
+/// next block to prefetch), strided ones gathered into `buf`.
 template <typename T, typename Block>
 AMP_AVX2 void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Block&& block) {
   const bool contig = v.is_contiguous();
@@ -595,11 +618,16 @@ AMP_AVX2 void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Bl
   for (i64 pos = begin; pos < end; pos += kBlock) {
     const int n = static_cast<int>(std::min<i64>(kBlock, end - pos));
     const T* src = base + (pos - begin);
+    Prefetch pf;
     if (!contig) {
       g.next(n, buf);
       src = buf;
+    } else {
+      const i64 next_n = std::clamp<i64>(end - pos - 2 * kBlock, 0, kBlock);
+      pf.p = reinterpret_cast<const char*>(src + 2 * kBlock);
+      pf.end = pf.p + next_n * static_cast<i64>(sizeof(T));
     }
-    block(src, n);
+    block(src, n, pf);
   }
 }
 
@@ -607,9 +635,9 @@ template <bool kBF16>
 AMP_AVX2_TARGET void run16(const TensorView& v, i64 begin, i64 end, Stats& out) {
   auto A = std::make_unique<Acc32>();
   alignas(64) u16 raw[kBlock];
-  for_each_block(v, begin, end, raw, [&](const u16* src, int n) AMP_AVX2_TARGET {
+  for_each_block(v, begin, end, raw, [&](const u16* src, int n, Prefetch pf) AMP_AVX2_TARGET {
     if (n == kBlock) {
-      block16_avx2<kBF16>(src, *A);
+      block16_avx2<kBF16>(src, *A, pf);
       return;
     }
     alignas(64) u32 buf[kBlock];
@@ -625,9 +653,9 @@ AMP_AVX2_TARGET void run16(const TensorView& v, i64 begin, i64 end, Stats& out) 
 AMP_AVX2_TARGET void run32(const TensorView& v, i64 begin, i64 end, Stats& out) {
   auto A = std::make_unique<Acc32>();
   alignas(64) u32 buf[kBlock];
-  for_each_block(v, begin, end, buf, [&](const u32* src, int n) AMP_AVX2_TARGET {
+  for_each_block(v, begin, end, buf, [&](const u32* src, int n, Prefetch pf) AMP_AVX2_TARGET {
     if (n == kBlock)
-      block32_avx2(src, *A);
+      block32_avx2(src, *A, pf);
     else
       block32_portable(src, n, *A);
   });
