@@ -91,7 +91,8 @@ class MockSource final : public ActivitySource {
   std::map<std::uint64_t, int> launched_;
 };
 
-KernelActivity kernel(std::string name, std::uint32_t corr, std::uint64_t start, std::uint64_t end) {
+KernelActivity kernel(std::string name, std::uint32_t corr, std::uint64_t start,
+                      std::uint64_t end) {
   return {std::move(name), start, end, corr, 1, 0};
 }
 
@@ -112,25 +113,32 @@ struct NameCase {
 TEST(ClassifyKernel, RealWorldNames) {
   const NameCase cases[] = {
       {"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_"
-       "segment_k_off_kernel__5x_cublas", true, true},
+       "segment_k_off_kernel__5x_cublas",
+       true, true},
       {"ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_tn", true, true},
       {"cutlass_80_tensorop_s1688gemm_64x64_16x6_tn_align4", true, true},
       {"sm80_xmma_fprop_implicit_gemm_f16f16_f16f32_f32_nhwckrsc_nhwc_tilesize128x128x32_stage4_"
-       "warpsize2x2x1_g1_tensor16x8x16_kernel", true, true},
-      {"void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>",
+       "warpsize2x2x1_g1_tensor16x8x16_kernel",
+       true, true},
+      {"void "
+       "cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_16x16_128x2_tn_align8>",
        true, true},
       {"void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, "
-       "cutlass::half_t>, false, false>", true, true},
+       "cutlass::half_t>, false, false>",
+       true, true},
       {"sm90_gemm_tma_warpspecialized_cooperative_bf16_128x128", true, true},
       {"ampere_sgemm_128x64_tn", true, false},  // SIMT float32 GEMM
       {"void gemv2T_kernel_val<int, int, float, float, float, float, 128, 16, 4, 4, false, false, "
-       "cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<float const>>>", true, false},
+       "cublasGemvParamsEx<int, cublasGemvTensorStridedBatched<float const>>>",
+       true, false},
       {"void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
        "at::detail::Array<char*, 3>>(int, at::native::CUDAFunctor_add<float>, "
-       "at::detail::Array<char*, 3>)", false, false},
+       "at::detail::Array<char*, 3>)",
+       false, false},
       {"void at::native::(anonymous namespace)::lgamma_kernel_cuda", false, false},
       {"void at::native::unrolled_elementwise_kernel<at::native::direct_copy_kernel_cuda, "
-       "convert_float_to_half>", false, false},
+       "convert_float_to_half>",
+       false, false},
       {"void splitKreduce_kernel<32, 16, int, float, float, float, float, true, false, false>",
        false, false},
   };

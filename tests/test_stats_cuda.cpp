@@ -2,17 +2,16 @@
 // and the observer on a small CUDA model. Every GPU test skips without a CUDA device. The slot
 // decomposition test (how the host turns a read-back slot into a stats block) runs everywhere:
 // its oracle is a plain per-value loop over the same values and the CPU kernel.
+#include <ATen/ATen.h>
 #include <ampscope/hooks/layers.h>
 #include <ampscope/hooks/session.h>
 #include <ampscope/profiler/cuda_stats.h>
 #include <ampscope/profiler/stats.h>
 #include <ampscope/profiler/tensor_stats.h>
-#include <gtest/gtest.h>
-#include <torch/torch.h>
-
-#include <ATen/ATen.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
 
 #include <cmath>
 #include <cstring>
@@ -48,7 +47,8 @@ void expect_same(const Stats& got, const Stats& want, const std::string& what) {
   EXPECT_EQ(got.absmin_nonzero, want.absmin_nonzero) << what;
   // Sums: double accumulation in another order; the error bound is relative to the magnitudes.
   const double tol = 1e-12 * std::max(1.0, want.sum_sq) + 1e-300;
-  EXPECT_NEAR(got.sum, want.sum, std::sqrt(tol) * std::sqrt(static_cast<double>(want.count) + 1)) << what;
+  EXPECT_NEAR(got.sum, want.sum, std::sqrt(tol) * std::sqrt(static_cast<double>(want.count) + 1))
+      << what;
   EXPECT_NEAR(got.sum_sq, want.sum_sq, tol * (static_cast<double>(want.count) + 1)) << what;
   for (int f = 0; f < kNumFormats; ++f) {
     const auto name = std::string(ampscope::format_name(static_cast<Format>(f)));
@@ -75,17 +75,18 @@ std::vector<float> awkward_values(std::size_t random_count, unsigned seed) {
   }
   const float inf = std::numeric_limits<float>::infinity();
   for (float x : {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(),
-                  std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min(),
-                  std::numeric_limits<float>::min(), std::numeric_limits<float>::max(),
-                  -std::numeric_limits<float>::max(), 65504.0f, 65520.0f, 448.0f, 464.0f, 57344.0f,
-                  61440.0f, 1.0f, -1.0f})
+                  std::numeric_limits<float>::denorm_min(),
+                  -std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(),
+                  std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(), 65504.0f,
+                  65520.0f, 448.0f, 464.0f, 57344.0f, 61440.0f, 1.0f, -1.0f})
     v.push_back(x);
   std::mt19937 rng(seed);
   std::uniform_int_distribution<std::uint32_t> bits;
   for (std::size_t i = 0; i < random_count; ++i) {
     const std::uint32_t b = bits(rng);
-    v.push_back(i % 4 == 0 ? f32(b) : std::ldexp(static_cast<float>(rng() % 1000) / 1000.0f - 0.5f,
-                                                 static_cast<int>(rng() % 80) - 40));
+    v.push_back(i % 4 == 0 ? f32(b)
+                           : std::ldexp(static_cast<float>(rng() % 1000) / 1000.0f - 0.5f,
+                                        static_cast<int>(rng() % 80) - 40));
   }
   return v;
 }
@@ -101,9 +102,18 @@ detail::DeviceSlot slot_of(const std::vector<float>& values) {
     std::uint32_t b;
     std::memcpy(&b, &x, 4);
     const std::uint32_t m = b & 0x7FFFFFFFu;
-    if (m > 0x7F800000u) { ++s.nan; continue; }
-    if (m == 0x7F800000u) { ++(b >> 31 ? s.neginf : s.posinf); continue; }
-    if (m == 0) { ++s.zeros; continue; }
+    if (m > 0x7F800000u) {
+      ++s.nan;
+      continue;
+    }
+    if (m == 0x7F800000u) {
+      ++(b >> 31 ? s.neginf : s.posinf);
+      continue;
+    }
+    if (m == 0) {
+      ++s.zeros;
+      continue;
+    }
     s.amax = std::max<unsigned long long>(s.amax, m);
     amin = std::min(amin, m);
     s.sum += static_cast<double>(x);
@@ -184,9 +194,16 @@ std::vector<Case> cases() {
       {"transposed", {217, 255}, [](const at::Tensor& t) { return t.t(); }},
       {"sliced_step", {300, 401}, [](const at::Tensor& t) { return t.slice(1, 1, 400, 3); }},
       {"offset_unaligned", {4099}, [](const at::Tensor& t) { return t.slice(0, 1); }},
-      {"expanded", {1, 77}, [](const at::Tensor& t) { return t.expand({33, 77}); }},
-      {"ten_dims", {3, 2, 3, 2, 3, 2, 3, 2, 3, 4},
-       [](const at::Tensor& t) { return t.permute({9, 0, 8, 1, 7, 2, 6, 3, 5, 4}); }},
+      {"expanded",
+       {1, 77},
+       [](const at::Tensor& t) {
+         return t.expand({33, 77});
+       }},
+      {"ten_dims",
+       {3, 2, 3, 2, 3, 2, 3, 2, 3, 4},
+       [](const at::Tensor& t) {
+         return t.permute({9, 0, 8, 1, 7, 2, 6, 3, 5, 4});
+       }},
   };
 }
 

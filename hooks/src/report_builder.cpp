@@ -23,6 +23,7 @@ reports::OpRecord to_record(const OpKey& key, const OpAggregate& agg,
   r.stats = agg.stats;
   r.absmax_by_step = agg.absmax_by_step;
   r.shadow = agg.shadow;
+  r.kernels = agg.kernels;
   return r;
 }
 
@@ -61,7 +62,8 @@ reports::Report build_report(const ObserverSnapshot& snap, const std::vector<Lay
   run.every = ctx.every;
   run.shadow = ctx.shadow;
   run.stopped = ctx.stopped;
-  if (ctx.device != "cpu") run.notes.push_back("stats are taken on CPU tensors only in this version");
+  run.notes.insert(run.notes.end(), snap.notes.begin(), snap.notes.end());  // device side
+  run.host_syncs = snap.host_syncs;
 
   std::vector<reports::Layer> by_id(layers.size());
   for (std::size_t i = 0; i < layers.size(); ++i) {

@@ -1,6 +1,5 @@
 // Host side of the CUDA stats kernel: device slots, view collapsing, the once-per-step read-back.
 #include <ampscope/profiler/cuda_stats.h>
-
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -123,9 +122,9 @@ struct DeviceState {
   cudaStream_t copy_stream = nullptr;
   cudaEvent_t event = nullptr;
   std::vector<DeviceSlot*> chunks;
-  std::vector<void*> streams;       ///< streams used since the last read-back
-  std::vector<i64> counts;          ///< per slot: elements enqueued since the last read-back
-  std::vector<int> dirty;           ///< slots used since the last read-back
+  std::vector<void*> streams;  ///< streams used since the last read-back
+  std::vector<i64> counts;     ///< per slot: elements enqueued since the last read-back
+  std::vector<int> dirty;      ///< slots used since the last read-back
 };
 
 }  // namespace
@@ -149,14 +148,16 @@ struct DeviceStatsBuffer::Impl {
   }
   bool prepare(detail::DeviceState& d, int device);
   bool ensure_slot(detail::DeviceState& d, int slot);
-  bool launch(const TensorView& v, detail::DeviceState& d, int slot, void* stream, std::uint64_t seq);
+  bool launch(const TensorView& v, detail::DeviceState& d, int slot, void* stream,
+              std::uint64_t seq);
   void read_device(detail::DeviceState& d, std::map<int, SlotResult>& out);
 };
 
 bool DeviceStatsBuffer::Impl::prepare(detail::DeviceState& d, int device) {
   if (d.ready) return true;
   std::string err;
-  if (!AMPSCOPE_CHECK_CUDA(cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device), err) ||
+  if (!AMPSCOPE_CHECK_CUDA(
+          cudaDeviceGetAttribute(&d.sm_count, cudaDevAttrMultiProcessorCount, device), err) ||
       !AMPSCOPE_CHECK_CUDA(cudaStreamCreateWithFlags(&d.copy_stream, cudaStreamNonBlocking), err) ||
       !AMPSCOPE_CHECK_CUDA(cudaEventCreateWithFlags(&d.event, cudaEventDisableTiming), err)) {
     return fail(err);
@@ -170,7 +171,8 @@ bool DeviceStatsBuffer::Impl::ensure_slot(detail::DeviceState& d, int slot) {
     detail::DeviceSlot* chunk = nullptr;
     const std::size_t bytes = sizeof(detail::DeviceSlot) * detail::kChunkSlots;
     std::string err;
-    if (!AMPSCOPE_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&chunk), bytes), err)) return fail(err);
+    if (!AMPSCOPE_CHECK_CUDA(cudaMalloc(reinterpret_cast<void**>(&chunk), bytes), err))
+      return fail(err);
     // Zeroed before any stream can use it: the one sync of a growth step.
     ++syncs;
     if (!AMPSCOPE_CHECK_CUDA(cudaMemsetAsync(chunk, 0, bytes, d.copy_stream), err) ||
@@ -180,7 +182,8 @@ bool DeviceStatsBuffer::Impl::ensure_slot(detail::DeviceState& d, int slot) {
     }
     d.chunks.push_back(chunk);
   }
-  if (static_cast<int>(d.counts.size()) <= slot) d.counts.resize(static_cast<std::size_t>(slot) + 1, -1);
+  if (static_cast<int>(d.counts.size()) <= slot)
+    d.counts.resize(static_cast<std::size_t>(slot) + 1, -1);
   return true;
 }
 
@@ -188,8 +191,8 @@ bool DeviceStatsBuffer::Impl::launch(const TensorView& v, detail::DeviceState& d
                                      void* stream, std::uint64_t seq) {
   std::vector<detail::i64> sizes, strides;
   detail::collapse(v, sizes, strides);
-  detail::DeviceSlot* target = d.chunks[static_cast<std::size_t>(slot / detail::kChunkSlots)] +
-                               slot % detail::kChunkSlots;
+  detail::DeviceSlot* target =
+      d.chunks[static_cast<std::size_t>(slot / detail::kChunkSlots)] + slot % detail::kChunkSlots;
   // Views with more dimensions than the kernel indexes: one launch per leading index.
   const auto esize = static_cast<detail::i64>(detail::elem_size(v.dtype));
   std::vector<std::pair<const char*, std::size_t>> todo{{static_cast<const char*>(v.data), 0}};
@@ -198,7 +201,8 @@ bool DeviceStatsBuffer::Impl::launch(const TensorView& v, detail::DeviceState& d
     todo.pop_back();
     const std::size_t ndim = sizes.size() - first;
     if (ndim > static_cast<std::size_t>(detail::kMaxKernelDims)) {
-      for (detail::i64 i = 0; i < sizes[first]; ++i) todo.emplace_back(base + i * strides[first] * esize, first + 1);
+      for (detail::i64 i = 0; i < sizes[first]; ++i)
+        todo.emplace_back(base + i * strides[first] * esize, first + 1);
       continue;
     }
     detail::StatsLaunch l;
@@ -214,7 +218,8 @@ bool DeviceStatsBuffer::Impl::launch(const TensorView& v, detail::DeviceState& d
     }
     l.contiguous = ndim == 0 || (ndim == 1 && l.strides[0] == 1);
     std::string err;
-    if (!AMPSCOPE_CHECK_CUDA(detail::launch_stats_kernel(l, target, d.sm_count, stream), err)) return fail(err);
+    if (!AMPSCOPE_CHECK_CUDA(detail::launch_stats_kernel(l, target, d.sm_count, stream), err))
+      return fail(err);
   }
   return true;
 }
@@ -233,7 +238,8 @@ bool DeviceStatsBuffer::accumulate(const TensorView& view, int device, int slot,
   auto st = static_cast<cudaStream_t>(stream);
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   std::lock_guard<std::mutex> lock(impl_->mu);
-  if (cudaStreamIsCapturing(st, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
+  if (cudaStreamIsCapturing(st, &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone) {
     (void)cudaGetLastError();
     ++impl_->skipped_captures;
     return false;
@@ -248,7 +254,8 @@ bool DeviceStatsBuffer::accumulate(const TensorView& view, int device, int slot,
     d.dirty.push_back(slot);
   }
   count += n;
-  if (std::find(d.streams.begin(), d.streams.end(), stream) == d.streams.end()) d.streams.push_back(stream);
+  if (std::find(d.streams.begin(), d.streams.end(), stream) == d.streams.end())
+    d.streams.push_back(stream);
   return true;
 }
 
@@ -266,8 +273,9 @@ void DeviceStatsBuffer::Impl::read_device(detail::DeviceState& d, std::map<int, 
   const std::size_t chunk_bytes = sizeof(detail::DeviceSlot) * detail::kChunkSlots;
   for (std::size_t c = 0; ok && c < d.chunks.size(); ++c) {
     if (!chunk_used[c]) continue;
-    ok = AMPSCOPE_CHECK_CUDA(cudaMemcpyAsync(&host[c * detail::kChunkSlots], d.chunks[c], chunk_bytes,
-                                             cudaMemcpyDeviceToHost, d.copy_stream), err) &&
+    ok = AMPSCOPE_CHECK_CUDA(cudaMemcpyAsync(&host[c * detail::kChunkSlots], d.chunks[c],
+                                             chunk_bytes, cudaMemcpyDeviceToHost, d.copy_stream),
+                             err) &&
          AMPSCOPE_CHECK_CUDA(cudaMemsetAsync(d.chunks[c], 0, chunk_bytes, d.copy_stream), err);
   }
   ++syncs;
@@ -281,7 +289,8 @@ void DeviceStatsBuffer::Impl::read_device(detail::DeviceState& d, std::map<int, 
       r.slot = s;
       detail::slot_to_stats(slot, count, r.stats);
       const std::uint64_t seq = slot.seq_inv != 0 ? ~slot.seq_inv : 0;
-      if (seq != 0 && (r.first_nonfinite_seq == 0 || seq < r.first_nonfinite_seq)) r.first_nonfinite_seq = seq;
+      if (seq != 0 && (r.first_nonfinite_seq == 0 || seq < r.first_nonfinite_seq))
+        r.first_nonfinite_seq = seq;
     }
     count = -1;
   }
@@ -332,7 +341,8 @@ void DeviceStatsBuffer::reset() {
 }
 
 Stats compute_stats_cuda(const TensorView& view, int device, void* stream) {
-  static DeviceStatsBuffer* buffer = new DeviceStatsBuffer();  // never destroyed (see ~DeviceStatsBuffer)
+  static DeviceStatsBuffer* buffer =
+      new DeviceStatsBuffer();  // never destroyed (see ~DeviceStatsBuffer)
   static std::mutex mu;
   std::lock_guard<std::mutex> lock(mu);
   if (!cuda_stats_available()) throw std::runtime_error("ampscope: " + cuda_unavailable_reason());
@@ -347,7 +357,8 @@ Stats compute_stats_cuda(const TensorView& view, int device, void* stream) {
         "ampscope: cannot compute stats on a stream that is capturing a CUDA graph");
   }
   auto results = buffer->read_and_reset();
-  if (results.empty()) throw std::runtime_error("ampscope: CUDA stats failed: " + buffer->last_error());
+  if (results.empty())
+    throw std::runtime_error("ampscope: CUDA stats failed: " + buffer->last_error());
   return results.front().stats;
 }
 

@@ -2,7 +2,6 @@
 // calls, delivered as plain records. Off with a note (never an exception) when CUPTI cannot run.
 #include <ampscope/profiler/cuda_stats.h>
 #include <ampscope/profiler/kernel_trace.h>
-
 #include <cupti.h>
 
 #include <cstdlib>
@@ -42,15 +41,23 @@ bool g_active = false;
 /// The synchronising runtime calls counted as host syncs (name; nullptr for any other call).
 const char* sync_name(CUpti_CallbackId cbid) {
   switch (cbid) {
-    case CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020: return "cudaDeviceSynchronize";
-    case CUPTI_RUNTIME_TRACE_CBID_cudaThreadSynchronize_v3020: return "cudaThreadSynchronize";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaDeviceSynchronize_v3020:
+      return "cudaDeviceSynchronize";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaThreadSynchronize_v3020:
+      return "cudaThreadSynchronize";
     case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020:
-    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000: return "cudaStreamSynchronize";
-    case CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020: return "cudaEventSynchronize";
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020: return "cudaMemcpy";
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_v3020: return "cudaMemcpy2D";
-    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_v3020: return "cudaMemcpyFromSymbol";
-    default: return nullptr;
+    case CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_ptsz_v7000:
+      return "cudaStreamSynchronize";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaEventSynchronize_v3020:
+      return "cudaEventSynchronize";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy_v3020:
+      return "cudaMemcpy";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpy2D_v3020:
+      return "cudaMemcpy2D";
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMemcpyFromSymbol_v3020:
+      return "cudaMemcpyFromSymbol";
+    default:
+      return nullptr;
   }
 }
 
@@ -59,8 +66,8 @@ void add_record(const CUpti_Activity* r, ActivityBatch& b) {
     case CUPTI_ACTIVITY_KIND_KERNEL:
     case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
       const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(r);
-      b.kernels.push_back({k->name ? k->name : "?", k->start, k->end, k->correlationId, k->streamId,
-                           k->deviceId});
+      b.kernels.push_back(
+          {k->name ? k->name : "?", k->start, k->end, k->correlationId, k->streamId, k->deviceId});
       break;
     }
     case CUPTI_ACTIVITY_KIND_MEMCPY: {
@@ -80,7 +87,8 @@ void add_record(const CUpti_Activity* r, ActivityBatch& b) {
       if (const char* name = sync_name(a->cbid)) b.syncs.push_back({name, a->correlationId});
       break;
     }
-    default: break;
+    default:
+      break;
   }
 }
 
@@ -124,7 +132,8 @@ std::string start_failure_note(CUptiResult code, const std::string& err) {
       return "kernel tracing off: insufficient privileges for CUPTI (" + err + ")";
     case CUPTI_ERROR_NOT_INITIALIZED:
       return "kernel tracing off: CUDA driver not initialised or no device (" + err + ")";
-    default: return "kernel tracing off: " + err;
+    default:
+      return "kernel tracing off: " + err;
   }
 }
 
@@ -187,12 +196,14 @@ class CuptiSource final : public ActivitySource {
   }
 
   void push_external_id(std::uint64_t id) override {
-    if (running_) (void)cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
+    if (running_)
+      (void)cuptiActivityPushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, id);
   }
 
   void pop_external_id() override {
     std::uint64_t last = 0;
-    if (running_) (void)cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
+    if (running_)
+      (void)cuptiActivityPopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, &last);
   }
 
   std::string note() const override { return note_; }

@@ -15,7 +15,9 @@ std::string cuda_unavailable_reason() { return kNoCuda; }
 struct DeviceStatsBuffer::Impl {};
 DeviceStatsBuffer::DeviceStatsBuffer() : impl_(std::make_unique<Impl>()) {}
 DeviceStatsBuffer::~DeviceStatsBuffer() = default;
-bool DeviceStatsBuffer::accumulate(const TensorView&, int, int, void*, std::uint64_t) { return false; }
+bool DeviceStatsBuffer::accumulate(const TensorView&, int, int, void*, std::uint64_t) {
+  return false;
+}
 std::vector<DeviceStatsBuffer::SlotResult> DeviceStatsBuffer::read_and_reset() { return {}; }
 std::int64_t DeviceStatsBuffer::skipped_captures() const { return 0; }
 std::int64_t DeviceStatsBuffer::errors() const { return 0; }

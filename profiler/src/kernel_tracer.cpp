@@ -24,16 +24,16 @@ std::string lower(std::string_view s) {
 /// Markers of a matrix-multiply kernel (lower case).
 // (Plain "conv" or "mma" would also match "convert" and "gamma".)
 constexpr std::string_view kMatrixMarkers[] = {
-    "gemm", "matmul", "convolution", "conv1d", "conv2d", "conv3d", "_conv_", "cudnn", "hmma",
-    "wgmma", "_mma", "cutlass", "cublas", "fmha", "flash_fwd", "flash_bwd", "attention", "xmma",
-    "implicit_gemm", "wgrad", "dgrad", "fprop"};
+    "gemm",      "matmul", "convolution",   "conv1d",  "conv2d", "conv3d", "_conv_",    "cudnn",
+    "hmma",      "wgmma",  "_mma",          "cutlass", "cublas", "fmha",   "flash_fwd", "flash_bwd",
+    "attention", "xmma",   "implicit_gemm", "wgrad",   "dgrad",  "fprop"};
 /// Markers that say the kernel uses tensor-core instructions (lower case).
 constexpr std::string_view kTensorCoreMarkers[] = {
-    "hmma", "imma", "bmma", "wgmma", "xmma", "tensorop", "tensor_op", "mma_sync", "16816",
-    "1688", "884", "16832", "gmma", "tcgen", "umma", "flash_fwd", "flash_bwd", "fmha"};
+    "hmma", "imma", "bmma",  "wgmma", "xmma",  "tensorop", "tensor_op", "mma_sync",  "16816",
+    "1688", "884",  "16832", "gmma",  "tcgen", "umma",     "flash_fwd", "flash_bwd", "fmha"};
 /// Operand types of tensor-core GEMMs in sm80+/cuBLASLt/cutlass names (lower case).
-constexpr std::string_view kLowPrecisionOperands[] = {"f16", "bf16", "fp16", "tf32", "e4m3",
-                                                      "e5m2", "fp8", "half", "s8"};
+constexpr std::string_view kLowPrecisionOperands[] = {"f16",  "bf16", "fp16", "tf32", "e4m3",
+                                                      "e5m2", "fp8",  "half", "s8"};
 
 }  // namespace
 
@@ -45,10 +45,10 @@ KernelClass classify_kernel(std::string_view name) {
   // GEMV and reductions of split-K GEMMs are matrix-adjacent but never tensor-core work.
   if (has(n, "gemv") || has(n, "splitkreduce") || has(n, "splitk_reduce")) return c;
   for (auto m : kTensorCoreMarkers) c.tensor_core = c.tensor_core || has(n, m);
-  const bool arch_gemm = (has(n, "sm80") || has(n, "sm86") || has(n, "sm89") || has(n, "sm90") ||
-                          has(n, "sm100") || has(n, "cutlass") || has(n, "ampere") ||
-                          has(n, "hopper") || has(n, "cublaslt")) &&
-                         has(n, "gemm");
+  const bool arch_gemm =
+      (has(n, "sm80") || has(n, "sm86") || has(n, "sm89") || has(n, "sm90") || has(n, "sm100") ||
+       has(n, "cutlass") || has(n, "ampere") || has(n, "hopper") || has(n, "cublaslt")) &&
+      has(n, "gemm");
   if (!c.tensor_core && arch_gemm) {
     for (auto t : kLowPrecisionOperands) c.tensor_core = c.tensor_core || has(n, t);
   }
@@ -91,7 +91,8 @@ void KernelSummary::merge(const KernelSummary& o) {
   memcpy_bytes += o.memcpy_bytes;
   memcpy_time_ns += o.memcpy_time_ns;
   for (const auto& k : o.top) {
-    auto it = std::find_if(top.begin(), top.end(), [&](const KernelName& x) { return x.name == k.name; });
+    auto it =
+        std::find_if(top.begin(), top.end(), [&](const KernelName& x) { return x.name == k.name; });
     if (it == top.end()) {
       top.push_back(k);
     } else {
@@ -145,6 +146,9 @@ void KernelTracer::consume(ActivityBatch&& b) {
   for (auto& m : b.memcpys) memcpys_.push_back({m, 0});
   for (auto& s : b.syncs) syncs_.push_back({std::move(s), 0});
   resolve_locked(false);
+  // A run that never ends a step still gets rounds: memory stays bounded.
+  if (external_.size() + bound_.size() + kernels_.size() + memcpys_.size() > kMaxWaiting)
+    round_locked();
 }
 
 int KernelTracer::lookup_locked(std::uint32_t correlation_id, EntryId* entry) const {
@@ -197,6 +201,10 @@ void KernelTracer::resolve_locked(bool age_out) {
 
 void KernelTracer::finish_round() {
   std::lock_guard<std::mutex> lock(mu_);
+  round_locked();
+}
+
+void KernelTracer::round_locked() {
   resolve_locked(true);
   // Bindings and correlations are kept a few rounds for records still in flight.
   for (auto it = bound_.begin(); it != bound_.end();) {

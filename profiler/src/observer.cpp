@@ -17,6 +17,7 @@
 #include <unordered_set>
 
 #include "observer_state.h"
+#include "observer_device.h"
 #include "recheck.h"
 
 namespace ampscope {
@@ -87,6 +88,7 @@ struct Call : at::ObserverContext {
   bool inputs_finite = true;
   std::vector<c10::IValue> inputs;  ///< held for finiteness checks and the FP32 re-check
   Stats stats;                      ///< backward: incoming gradients, taken at start
+  std::uint64_t ext_id = 0;         ///< CUPTI external id pushed for this call (0: none)
 };
 
 /// An autograd node whose incoming gradients were finite, remembered under each node its
@@ -276,6 +278,13 @@ void start_backward_top(ThreadState& t, const at::RecordFunction& fn, Call& call
   auto inputs = fn.inputs();  // the gradients flowing into the node: valid only here
   call.input_dtype = floating_dtype(inputs);
   call.stats = stats_of(inputs);
+  // CUDA gradients: into the entry's device slot (its key is known now; see finish_top).
+  OpKey key;
+  key.layer = call.layer;
+  key.op = call.info->id;
+  key.phase = Phase::kBackward;
+  key.input_dtype = key.compute_dtype = key.output_dtype = call.input_dtype;
+  device_record(inputs, *t.table, key, call.step);
   track_backward_origin(t, call);
 }
 
@@ -333,6 +342,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       } else {
         start_forward_top(t, fn, *call);
       }
+      call->ext_id = device_call_begin();
       t.top = call.get();
       return call;
     }
@@ -515,8 +525,13 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
     }
   }
   if (agg.stats.finite() > 0) agg.absmax_by_step.emplace_back(call.step, agg.stats.absmax);
-  std::lock_guard<std::mutex> lock(t.table->mu);
-  t.table->entries[key].merge(agg);
+  {
+    std::lock_guard<std::mutex> lock(t.table->mu);
+    t.table->entries[key].merge(agg);
+  }
+  // CUDA outputs: stats enqueued on the device, read back at the step's end (no sync here).
+  if (!call.node && !call.info->uninitialized) device_record(fn.outputs(), *t.table, key, call.step);
+  device_bind(call.ext_id, *t.table, key);
 }
 
 void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
@@ -535,6 +550,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
       return;
     }
     if (t.top == call) t.top = nullptr;
+    if (call->ext_id != 0) device_call_end();
     at::DisableRecordFunctionGuard no_observe;  // our own tensor work is not the user's
     finish_top(fn, *call, t);
   } catch (const std::exception&) {
@@ -553,6 +569,7 @@ void Observer::start(const ObserverOptions& options) {
   std::lock_guard<std::mutex> lock(detail::g_control_mu);
   if (g.running.load()) throw std::logic_error("ampscope: the observer is already running");
   g.reset();
+  detail::device_start();
   {
     std::lock_guard<std::mutex> records(g.records_mu);
     detail::pending_loss_scales().clear();
@@ -575,11 +592,15 @@ void Observer::stop() {
   g.running.store(false);
   at::removeCallback(detail::g_handle);
   detail::g_handle = at::INVALID_CALLBACK_HANDLE;
+  detail::device_stop();
 }
 
 bool Observer::running() { return detail::global().running.load(); }
 
-void Observer::mark_step() { detail::global().step.fetch_add(1); }
+void Observer::mark_step() {
+  detail::device_flush();  // CUDA stats and kernel records of the step: one read-back
+  detail::global().step.fetch_add(1);
+}
 
 std::int64_t Observer::current_step() { return detail::global().step.load(); }
 
@@ -606,6 +627,7 @@ std::string Observer::op_name(std::uint32_t id) { return detail::global().ops.na
 ObserverSnapshot Observer::snapshot() {
   auto& g = detail::global();
   ObserverSnapshot snap;
+  detail::device_flush();
   std::unordered_map<OpKey, OpAggregate, detail::OpKeyHash> merged;
   {
     std::lock_guard<std::mutex> lock(g.tables_mu);
@@ -623,6 +645,7 @@ ObserverSnapshot Observer::snapshot() {
     snap.loss_scale = g.loss_scale;
   }
   snap.steps = g.step.load();
+  detail::device_report(snap);
   return snap;
 }
 

@@ -6,7 +6,6 @@
 #include <ampscope/profiler/cuda_stats.h>
 #include <ampscope/profiler/kernel_trace.h>
 #include <ampscope/profiler/tensor_stats.h>
-
 #include <c10/cuda/CUDAStream.h>
 
 #include <deque>
@@ -44,7 +43,7 @@ struct DeviceSide {
   std::atomic<bool> cuda_used{false};
   std::atomic<std::uint64_t> next_id{1};  ///< external ids and stats call order, one counter
   std::atomic<std::uint64_t> generation{1};
-  std::mutex mu;  ///< owners, deferred, notes
+  std::mutex mu;                  ///< owners, deferred, notes
   std::deque<EntryOwner> owners;  ///< index = entry id; a deque keeps addresses stable
   std::vector<Deferred> deferred;
   std::string tracer_note;
@@ -135,7 +134,8 @@ bool apply(const EntryOwner& owner, const Deferred& r, std::uint64_t origin_seq)
     if (s.finite() > 0) append_series(e.absmax_by_step, step, s.absmax);
     if (origin_seq != 0 && r.stats.first_nonfinite_seq == origin_seq) {
       ++e.nonfinite_from_finite;
-      if (e.first_nonfinite_step < 0 || step < e.first_nonfinite_step) e.first_nonfinite_step = step;
+      if (e.first_nonfinite_step < 0 || step < e.first_nonfinite_step)
+        e.first_nonfinite_step = step;
       origin = true;
     }
   }
@@ -182,7 +182,8 @@ void apply_all(DeviceSide& d, std::vector<Deferred>&& all) {
     EntryOwner* owner = nullptr;
     {
       std::lock_guard<std::mutex> lock(d.mu);
-      if (r.entry >= 0 && static_cast<std::size_t>(r.entry) < d.owners.size()) owner = &d.owners[r.entry];
+      if (r.entry >= 0 && static_cast<std::size_t>(r.entry) < d.owners.size())
+        owner = &d.owners[r.entry];
     }
     if (owner && !apply(*owner, r, origin)) later.push_back(std::move(r));
   }
@@ -208,7 +209,8 @@ void device_start() {
   d.generation.fetch_add(1, std::memory_order_acq_rel);
   d.retired.push_back(make_activity_source());
   d.source.store(d.retired.back().get());
-  const bool ok = d.source.load()->start([](ActivityBatch&& b) { side().tracer.consume(std::move(b)); });
+  const bool ok =
+      d.source.load()->start([](ActivityBatch&& b) { side().tracer.consume(std::move(b)); });
   if (!ok) {
     std::lock_guard<std::mutex> lock(d.mu);
     d.tracer_note = d.source.load()->note();
@@ -282,8 +284,8 @@ void device_report(ObserverSnapshot& snap) {
   std::lock_guard<std::mutex> lock(d.mu);
   // Tracing off is worth a note, except on a machine without CUDA in a run that used none
   // (there was nothing to trace).
-  const bool no_cuda_note = !cuda_stats_available() &&
-                            d.tracer_note.find(cuda_unavailable_reason()) != std::string::npos;
+  const bool no_cuda_note =
+      !cuda_stats_available() && d.tracer_note.find(cuda_unavailable_reason()) != std::string::npos;
   if (!d.tracer_note.empty() && (cuda || !no_cuda_note)) snap.notes.push_back(d.tracer_note);
   if (cuda) {
     snap.notes.push_back(

@@ -3,10 +3,9 @@
 // observer.cpp calls these few functions; everything else lives in observer_device.cpp.
 #pragma once
 
-#include <ampscope/profiler/observer.h>
-
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#include <ampscope/profiler/observer.h>
 
 #include <atomic>
 #include <cstdint>

@@ -70,6 +70,7 @@ void OpAggregate::merge(const OpAggregate& o) {
   }
   stats.merge(o.stats);
   shadow.merge(o.shadow);
+  kernels.merge(o.kernels);
   shadow_step = std::max(shadow_step, o.shadow_step);
   for (const auto& [step, v] : o.absmax_by_step) detail::append_series(absmax_by_step, step, v);
   std::sort(absmax_by_step.begin(), absmax_by_step.end());

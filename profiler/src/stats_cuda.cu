@@ -130,8 +130,8 @@ __device__ u32 warp_min(u32 v) {
 /// Block reduction of the registers, then one set of global atomics into the slot.
 __device__ void flush_block(ThreadAcc& a, BlockShared& sh, DeviceSlot* slot, u64 seq) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const u32 r[6] = {warp_sum(a.nan), warp_sum(a.pinf), warp_sum(a.ninf), warp_sum(a.zeros),
-                    warp_max(a.amax), warp_min(a.amin)};
+  const u32 r[6] = {warp_sum(a.nan),   warp_sum(a.pinf), warp_sum(a.ninf),
+                    warp_sum(a.zeros), warp_max(a.amax), warp_min(a.amin)};
   const double s = warp_sum(a.sum), q = warp_sum(a.sq);
   if (lane == 0) {
     for (int i = 0; i < 6; ++i) sh.red_u[warp][i] = r[i];
@@ -168,8 +168,8 @@ __device__ void flush_block(ThreadAcc& a, BlockShared& sh, DeviceSlot* slot, u64
 
 /// Dense elements, 16-byte vector loads when the pointer allows (W: the stored word type).
 template <typename W, typename Conv>
-__global__ void __launch_bounds__(kThreads) contiguous_kernel(const W* __restrict__ data, i64 n,
-                                                              DeviceSlot* slot, u64 seq) {
+__global__ void __launch_bounds__(kThreads)
+    contiguous_kernel(const W* __restrict__ data, i64 n, DeviceSlot* slot, u64 seq) {
   __shared__ BlockShared sh;
   init_shared(sh);
   ThreadAcc a;
@@ -195,8 +195,8 @@ __global__ void __launch_bounds__(kThreads) contiguous_kernel(const W* __restric
 
 /// Any layout: each logical index is decomposed over the (collapsed) sizes and strides.
 template <typename W, typename Conv>
-__global__ void __launch_bounds__(kThreads) strided_kernel(const W* __restrict__ data,
-                                                           StatsLaunch l, DeviceSlot* slot) {
+__global__ void __launch_bounds__(kThreads)
+    strided_kernel(const W* __restrict__ data, StatsLaunch l, DeviceSlot* slot) {
   __shared__ BlockShared sh;
   init_shared(sh);
   ThreadAcc a;
@@ -228,7 +228,8 @@ cudaError_t launch_typed(const StatsLaunch& l, DeviceSlot* slot, int sm_count, c
   if (blocks < 1) blocks = 1;
   const W* data = static_cast<const W*>(l.data);
   if (l.contiguous) {
-    contiguous_kernel<W, Conv><<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(data, l.numel, slot, l.seq);
+    contiguous_kernel<W, Conv>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(data, l.numel, slot, l.seq);
   } else {
     strided_kernel<W, Conv><<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(data, l, slot);
   }
@@ -241,10 +242,14 @@ int launch_stats_kernel(const StatsLaunch& l, DeviceSlot* slot, int sm_count, vo
   if (l.numel <= 0) return 0;
   auto st = static_cast<cudaStream_t>(stream);
   switch (l.dtype) {
-    case DType::kFloat32: return launch_typed<u32, Bits32>(l, slot, sm_count, st);
-    case DType::kFloat16: return launch_typed<u16, BitsF16>(l, slot, sm_count, st);
-    case DType::kBFloat16: return launch_typed<u16, BitsBF16>(l, slot, sm_count, st);
-    case DType::kFloat64: return static_cast<int>(cudaErrorInvalidValue);
+    case DType::kFloat32:
+      return launch_typed<u32, Bits32>(l, slot, sm_count, st);
+    case DType::kFloat16:
+      return launch_typed<u16, BitsF16>(l, slot, sm_count, st);
+    case DType::kBFloat16:
+      return launch_typed<u16, BitsBF16>(l, slot, sm_count, st);
+    case DType::kFloat64:
+      return static_cast<int>(cudaErrorInvalidValue);
   }
   return static_cast<int>(cudaErrorInvalidValue);
 }

@@ -18,7 +18,7 @@ struct DeviceSlot {
   unsigned long long amin_inv;  ///< ~(smallest nonzero finite |float32 bits|); 0: none yet
   unsigned long long seq_inv;   ///< ~(smallest seq of a call that saw NaN/Inf); 0: none
   unsigned long long pad;
-  double sum, sum_sq;           ///< of the finite values, in double
+  double sum, sum_sq;  ///< of the finite values, in double
   /// Per threshold k: values inside T_k's binade (same floor(log2)) with |bits| < T_k.
   unsigned long long below_in_binade[kNumThresholds];
   unsigned long long hist[kExpBins32];  ///< nonzero finite values by floor(log2|x|) + 149
@@ -33,8 +33,8 @@ struct StatsLaunch {
   const void* data = nullptr;
   DType dtype = DType::kFloat32;
   std::int64_t numel = 0;
-  int ndim = 0;                           ///< 0 with numel 1: a single element
-  bool contiguous = false;                ///< dense, stride 1 over numel elements
+  int ndim = 0;             ///< 0 with numel 1: a single element
+  bool contiguous = false;  ///< dense, stride 1 over numel elements
   std::int64_t sizes[kMaxKernelDims] = {};
   std::int64_t strides[kMaxKernelDims] = {};
   std::uint64_t seq = 0;

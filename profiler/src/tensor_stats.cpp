@@ -1,7 +1,12 @@
-// The at::Tensor edge: maps a tensor to a TensorView and runs the CPU stats kernel.
+// The at::Tensor edge: maps a tensor to a TensorView and runs the CPU or the CUDA stats kernel.
 #include "ampscope/profiler/tensor_stats.h"
 
 #include <ATen/ATen.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <stdexcept>
+
+#include "ampscope/profiler/cuda_stats.h"
 
 namespace ampscope {
 
@@ -31,11 +36,29 @@ TensorView make_view(const at::Tensor& t) {
   return v;
 }
 
+namespace {
+
+/// A CUDA tensor: the CUDA kernel on the current stream, one sync for the copy back. float64
+/// is read on the host (the kernel reads 32- and 16-bit floats only).
+Stats tensor_stats_cuda(const at::Tensor& t) {
+  TORCH_CHECK(t.layout() == c10::kStrided, "ampscope::tensor_stats: expected a strided tensor, got ",
+              t.layout());
+  if (t.numel() == 0) return Stats{};
+  if (t.scalar_type() == c10::ScalarType::Double) return tensor_stats(t.cpu());
+  if (t.is_neg()) return tensor_stats_cuda(t.resolve_neg());
+  const int device = t.device().index();
+  try {
+    return compute_stats_cuda(make_view(t), device, c10::cuda::getCurrentCUDAStream(device).stream());
+  } catch (const std::runtime_error& e) {
+    TORCH_CHECK(false, "ampscope::tensor_stats: ", e.what());
+  }
+}
+
+}  // namespace
+
 Stats tensor_stats(const at::Tensor& t, int max_threads) {
   if (!t.defined() || !to_dtype(t.scalar_type()).has_value()) return Stats{};
-  TORCH_CHECK(!t.is_cuda(),
-              "ampscope::tensor_stats: CUDA tensors are not supported yet (no CUDA stats kernel); "
-              "got a tensor on ", t.device());
+  if (t.is_cuda()) return tensor_stats_cuda(t);
   TORCH_CHECK(t.device().is_cpu(), "ampscope::tensor_stats: expected a CPU tensor, got one on ",
               t.device());
   TORCH_CHECK(t.layout() == c10::kStrided, "ampscope::tensor_stats: expected a strided tensor, got ",

@@ -28,6 +28,7 @@ void merge_op(OpRecord& into, const OpRecord& op) {
   }
   into.stats.merge(op.stats);
   into.shadow.merge(op.shadow);
+  into.kernels.merge(op.kernels);
   // Per step, the maximum over ranks.
   std::map<std::int64_t, double> series(into.absmax_by_step.begin(), into.absmax_by_step.end());
   for (const auto& [step, v] : op.absmax_by_step) series[step] = std::max(series[step], v);
@@ -83,6 +84,9 @@ Report merge_reports(const std::vector<Report>& reports) {
   for (const Report* r : by_rank) {
     out.run.steps = std::max(out.run.steps, r->run.steps);
     out.run.duration_s = std::max(out.run.duration_s, r->run.duration_s);
+    if (r != by_rank.front() && r->run.host_syncs >= 0) {  // summed over the traced ranks
+      out.run.host_syncs = std::max<std::int64_t>(out.run.host_syncs, 0) + r->run.host_syncs;
+    }
     for (const Layer& l : r->layers) {
       auto it = layers.find(l.name);
       if (it == layers.end()) {

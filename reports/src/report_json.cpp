@@ -99,6 +99,24 @@ ojson stats_to_ojson(const Stats& s) {
   return o;
 }
 
+/// CUPTI kernels of an op: counts and times in ns; "tensor_cores" is derived (null: no matrix
+/// kernel ran).
+ojson kernels_to_ojson(const KernelSummary& k) {
+  ojson o = ojson::object();
+  o["launches"] = k.launches;
+  o["time_ns"] = k.time_ns;
+  o["matrix_launches"] = k.matrix_launches;
+  o["tensor_core_launches"] = k.tensor_core_launches;
+  o["tensor_cores"] = k.matrix_launches > 0 ? ojson(k.tensor_core_launches > 0) : ojson(nullptr);
+  o["memcpys"] = k.memcpys;
+  o["memcpy_bytes"] = k.memcpy_bytes;
+  o["memcpy_time_ns"] = k.memcpy_time_ns;
+  ojson top = ojson::array();
+  for (const auto& n : k.top) top.push_back({{"name", n.name}, {"launches", n.launches}, {"time_ns", n.time_ns}});
+  o["top"] = std::move(top);
+  return o;
+}
+
 ojson op_to_ojson(const OpRecord& op) {
   ojson o = ojson::object();
   o["op"] = op.op;
@@ -123,6 +141,7 @@ ojson op_to_ojson(const OpRecord& op) {
     sh["worst_step"] = op.shadow.worst_step;
     o["shadow"] = std::move(sh);
   }
+  if (!op.kernels.empty()) o["kernels"] = kernels_to_ojson(op.kernels);
   ojson series = ojson::array();
   for (const auto& [step, absmax] : op.absmax_by_step) series.push_back(ojson::array({step, num(absmax)}));
   o["absmax_by_step"] = std::move(series);
@@ -153,6 +172,7 @@ ojson run_to_ojson(const RunInfo& r) {
   o["shadow"] = r.shadow;
   o["stopped"] = r.stopped;
   o["notes"] = r.notes;
+  if (r.host_syncs >= 0) o["host_syncs"] = r.host_syncs;
   return o;
 }
 
@@ -418,6 +438,26 @@ std::vector<std::string> string_list(const json& arr, const std::string& where) 
   return out;
 }
 
+KernelSummary kernels_from_json(const json& j, const std::string& where) {
+  Obj o(j, where);
+  KernelSummary k;
+  k.launches = o.int64_or("launches", 0);
+  k.time_ns = o.int64_or("time_ns", 0);
+  k.matrix_launches = o.int64_or("matrix_launches", 0);
+  k.tensor_core_launches = o.int64_or("tensor_core_launches", 0);
+  k.memcpys = o.int64_or("memcpys", 0);
+  k.memcpy_bytes = o.int64_or("memcpy_bytes", 0);
+  k.memcpy_time_ns = o.int64_or("memcpy_time_ns", 0);
+  if (const json* top = o.array_or_null("top")) {
+    for (std::size_t i = 0; i < top->size(); ++i) {
+      Obj t((*top)[i], index(o.path("top"), i));
+      k.top.push_back({t.str("name"), t.int64_or("launches", 0), t.int64_or("time_ns", 0)});
+    }
+  }
+  if (k.launches < 0 || k.memcpys < 0) value_error(where, "negative count");
+  return k;
+}
+
 OpRecord op_from_json(const json& j, const std::string& where) {
   Obj o(j, where);
   OpRecord op;
@@ -444,6 +484,7 @@ OpRecord op_from_json(const json& j, const std::string& where) {
     op.shadow.worst_step = so.int64_or("worst_step", -1);
     if (op.shadow.checks < 0) value_error(so.path("checks"), "negative count");
   }
+  if (const json* k = o.find("kernels"); k && !k->is_null()) op.kernels = kernels_from_json(*k, o.path("kernels"));
   if (const json* series = o.array_or_null("absmax_by_step")) {
     const std::string sw = o.path("absmax_by_step");
     for (std::size_t i = 0; i < series->size(); ++i) {
@@ -486,6 +527,7 @@ RunInfo run_from_json(const json& j, const std::string& where) {
   }
   r.stopped = o.str_or("stopped", "");
   if (const json* notes = o.array_or_null("notes")) r.notes = string_list(*notes, o.path("notes"));
+  r.host_syncs = o.int64_or("host_syncs", -1);
   return r;
 }
 

@@ -47,10 +47,14 @@ std::int64_t parse_size(const std::string& s) {
   char* end = nullptr;
   double v = std::strtod(s.c_str(), &end);
   const std::string suffix = end ? end : "";
-  if (suffix == "K" || suffix == "KiB") v *= 1 << 10;
-  else if (suffix == "M" || suffix == "MiB") v *= 1 << 20;
-  else if (suffix == "G" || suffix == "GiB") v *= 1 << 30;
-  else if (!suffix.empty()) usage_error("bad size: " + s);
+  if (suffix == "K" || suffix == "KiB")
+    v *= 1 << 10;
+  else if (suffix == "M" || suffix == "MiB")
+    v *= 1 << 20;
+  else if (suffix == "G" || suffix == "GiB")
+    v *= 1 << 30;
+  else if (!suffix.empty())
+    usage_error("bad size: " + s);
   if (v <= 0) usage_error("bad size: " + s);
   return static_cast<std::int64_t>(v);
 }
@@ -108,7 +112,8 @@ Options parse(int argc, char** argv) {
 
 /// The stats block from ATen ops only (what one would write without the kernel).
 ampscope::Stats composed_stats(const at::Tensor& t0) {
-  static const c10::ScalarType formats[] = {at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn, at::kFloat8_e5m2};
+  static const c10::ScalarType formats[] = {at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn,
+                                            at::kFloat8_e5m2};
   static const double min_normal[] = {0x1p-14, 0x1p-126, 0x1p-6, 0x1p-14};
   auto cnt = [](const at::Tensor& m) { return at::count_nonzero(m).item<std::int64_t>(); };
   const auto t = t0.to(at::kFloat);
@@ -123,7 +128,9 @@ ampscope::Stats composed_stats(const at::Tensor& t0) {
   auto nzf = fin & t.ne(0);
   s.absmax = at::where(fin, a, at::zeros({}, a.options())).amax().item<double>();
   s.absmin_nonzero =
-      at::where(nzf, a, at::full({}, std::numeric_limits<float>::infinity(), a.options())).amin().item<double>();
+      at::where(nzf, a, at::full({}, std::numeric_limits<float>::infinity(), a.options()))
+          .amin()
+          .item<double>();
   auto d = at::where(fin, t, at::zeros({}, t.options())).to(at::kDouble);
   s.sum = d.sum().item<double>();
   s.sum_sq = d.mul(d).sum().item<double>();
@@ -179,7 +186,8 @@ double wall_ms(const std::function<void()>& f, int reps) {
     const auto t0 = std::chrono::steady_clock::now();
     f();
     cudaDeviceSynchronize();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
@@ -193,7 +201,8 @@ struct Row {
 };
 
 Row measure(c10::ScalarType dt, std::int64_t bytes, int reps, ampscope::DeviceStatsBuffer& buf) {
-  const std::int64_t n = std::max<std::int64_t>(1, bytes / static_cast<std::int64_t>(c10::elementSize(dt)));
+  const std::int64_t n =
+      std::max<std::int64_t>(1, bytes / static_cast<std::int64_t>(c10::elementSize(dt)));
   auto t = at::randn({n}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA)).mul_(100).to(dt);
   const int dev = t.device().index();
   void* st = c10::cuda::getCurrentCUDAStream(dev).stream();
@@ -260,8 +269,9 @@ int main(int argc, char** argv) {
                     r.agree ? "" : "(counts differ from composed!)");
       }
     }
-    std::printf("st/sum: stats throughput / at::sum throughput (bar >= 0.8); comp/st: composed time / "
-                "stats time (bar >= 5); tensor_stats ms: the explicit API with its one sync\n");
+    std::printf(
+        "st/sum: stats throughput / at::sum throughput (bar >= 0.8); comp/st: composed time / "
+        "stats time (bar >= 5); tensor_stats ms: the explicit API with its one sync\n");
     if (buf.errors() != 0) std::printf("CUDA errors: %s\n", buf.last_error().c_str());
     if (!opt.json.empty()) write_json(opt.json, rows);
   } catch (const std::exception& e) {

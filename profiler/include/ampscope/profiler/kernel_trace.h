@@ -131,6 +131,9 @@ class KernelTracer {
   using EntryId = std::int32_t;
   /// Rounds (finish_round calls) an unmatched record waits before it counts as unattributed.
   static constexpr int kMaxAge = 3;
+  /// Waiting records and correlations past which consume() ends a round itself (runs that never
+  /// mark a step stay bounded in memory).
+  static constexpr std::size_t kMaxWaiting = std::size_t{1} << 20;
 
   /// Binds an external id (one op call) to its entry. Call before or after its records arrive.
   void bind(std::uint64_t external_id, EntryId entry);
@@ -159,11 +162,12 @@ class KernelTracer {
   /// The entry of a correlation id: 1 found (entry set), 0 not yet known, -1 ampscope's own.
   int lookup_locked(std::uint32_t correlation_id, EntryId* entry) const;
   void resolve_locked(bool age_out);
+  void round_locked();
 
   mutable std::mutex mu_;
-  std::unordered_map<std::uint64_t, Aged<EntryId>> bound_;          ///< external id -> entry
+  std::unordered_map<std::uint64_t, Aged<EntryId>> bound_;           ///< external id -> entry
   std::unordered_map<std::uint32_t, Aged<std::uint64_t>> external_;  ///< correlation -> external
-  std::vector<Aged<KernelActivity>> kernels_;  ///< waiting for their entry
+  std::vector<Aged<KernelActivity>> kernels_;                        ///< waiting for their entry
   std::vector<Aged<MemcpyActivity>> memcpys_;
   std::vector<Aged<SyncCall>> syncs_;
   std::unordered_map<EntryId, KernelSummary> summaries_;

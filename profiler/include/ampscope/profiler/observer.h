@@ -7,6 +7,7 @@
 #pragma once
 
 #include <ampscope/profiler/fp32_check.h>
+#include <ampscope/profiler/kernel_trace.h>
 #include <ampscope/profiler/stats.h>
 
 #include <cstdint>
@@ -63,6 +64,7 @@ struct OpAggregate {
   Stats stats;
   std::vector<std::pair<std::int64_t, double>> absmax_by_step;  ///< bounded, down-sampled
   ShadowSummary shadow;              ///< --shadow re-checks (checks == 0: none)
+  KernelSummary kernels;             ///< CUDA kernels/copies of its calls (CUPTI; empty: none)
   std::int64_t shadow_step = -1;     ///< last step a shadow re-check ran for this entry
   void merge(const OpAggregate& other);
 };
@@ -94,6 +96,8 @@ struct ObserverSnapshot {
   std::optional<NonFiniteRecord> first_nonfinite;
   std::vector<LossScaleRecord> loss_scale;
   std::int64_t steps = 0;  ///< completed steps
+  std::vector<std::string> notes;  ///< what the device side could not see, and why
+  std::int64_t host_syncs = -1;    ///< synchronising CUDA calls CUPTI saw (-1: not traced)
 };
 
 /// Process-wide observer. All functions are thread-safe.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <ampscope/profiler/fp32_check.h>
+#include <ampscope/profiler/kernel_trace.h>
 #include <ampscope/profiler/stats.h>
 
 #include <cstdint>
@@ -40,6 +41,8 @@ struct OpRecord {
   std::vector<std::pair<std::int64_t, double>> absmax_by_step;
   /// --shadow: worst error of the float32 re-runs of this entry (checks == 0: none ran).
   ShadowSummary shadow;
+  /// CUDA kernels and copies these calls ran (CUPTI; empty when not traced), JSON "kernels".
+  KernelSummary kernels;
 };
 
 /// Gradient stats of one parameter, owned by the layer that registers it.
@@ -72,6 +75,9 @@ struct RunInfo {
   /// Why the run ended early: "" (it did not), "nonfinite" (--stop-on-nonfinite), "signal".
   std::string stopped;
   std::vector<std::string> notes;  ///< what the run could not see, and why
+  /// Synchronising CUDA calls (device/stream/event syncs, blocking copies) CUPTI saw, ampscope's
+  /// own excluded; -1 when kernels were not traced.
+  std::int64_t host_syncs = -1;
 };
 
 /// The first op whose output held a non-finite value.
