@@ -75,6 +75,17 @@ run_ctest() {  # NAME LOGFILE ctest-args...
 }
 run_ctest "ctest -L gpu" ctest-gpu.log -L gpu
 run_ctest "ctest C++ cpu" ctest-cpu.log -L cpu -LE python
+if python3 -c 'import pytest' 2>/dev/null; then  # gpu-marked Python tests (torch's GradScaler on CUDA)
+  out=$LOG/pytest-gpu.log
+  if timeout "$(left)" env AMPSCOPE_BUILD_DIR="$BUILD" python3 -m pytest -q -rs -m gpu -p no:cacheprovider \
+       "$ROOT/tests/python/test_grad_scaler.py" >"$out" 2>&1; then
+    row "pytest -m gpu" "$(tail -1 "$out")"
+  else
+    fail "pytest -m gpu" "$(tail -1 "$out") (see $out)"
+  fi
+else
+  row "pytest -m gpu" "skipped (no pytest)"
+fi
 
 # --- the CUDA demo: loss-scale history and the planted overflow of blocks.1.ffn.wo
 if [ "$DRY" = 1 ] || ! python3 -c 'import torch, sys; sys.exit(not torch.cuda.is_available())'; then

@@ -199,3 +199,34 @@ def test_cpu_demo_with_scaler_records_every_update(cli, tmp_path):
     assert skipped == found
     assert f"loss scale: 65536 -> {scale:g} over {steps} updates, {len(found)} with inf/NaN" in res.stdout
     assert r["run"]["steps"] == steps
+
+
+@pytest.mark.gpu
+def test_pythons_cuda_gradscaler_updates_are_all_recorded():
+    """torch.amp.GradScaler('cuda') under the profiler: its updates are device tensors, copied
+    on the stream and read back in batches (more updates than are kept pending), all in order."""
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    import ampscope
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 16).cuda()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cuda", init_scale=1024.0, growth_interval=4)
+    x = torch.randn(4, 16, device="cuda")
+    scales, infs = [], []
+    with ampscope.profile(model=model, out=None) as prof:
+        for i in range(70):
+            with torch.autocast("cuda", torch.float16):
+                loss = model(x).float().pow(2).mean()
+            if i % 9 == 2:
+                loss = loss * math.inf
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            scales.append(scaler.get_scale())
+            infs.append(i % 9 == 2)
+    ls = prof.report["loss_scale"]
+    assert [p["step"] for p in ls] == list(range(70))
+    assert [p["scale"] for p in ls] == scales
+    assert [p["found_inf"] for p in ls] == infs
