@@ -22,6 +22,7 @@ header.top a:hover{color:#fff}
 .brand{font-weight:700;letter-spacing:.03em}
 main{max-width:1320px;margin:0 auto;padding:.6em 1.5em 3em}
 section{margin:1.1em 0 2.2em;scroll-margin-top:3em}
+#gradients,#loss-scale,#what-if{content-visibility:auto;contain-intrinsic-size:auto 1200px}
 h1{font-size:1.55em;margin:.3em 0 .3em}
 h2{font-size:1.22em;margin:0 0 .5em;padding-bottom:.25em;border-bottom:1px solid var(--line)}
 h4{margin:0 0 .2em;font-size:.9em;font-weight:600;overflow-wrap:anywhere}
@@ -130,6 +131,7 @@ header.top,.controls,.tw,.more-row,noscript,.hint .screen{display:none!important
 body{font-size:9.5pt}main{max-width:none;padding:0}
 *{-webkit-print-color-adjust:exact;print-color-adjust:exact}
 .scroll{overflow:visible}a.goto,.lname{color:inherit}
+details pre{max-height:none;overflow:visible;white-space:pre-wrap;font-size:7.5pt}
 .banner,.hist,tr,svg{break-inside:avoid}h2{break-after:avoid}
 .hists,#agg-hists{grid-template-columns:1fr 1fr}
 }
@@ -140,6 +142,7 @@ const char* html_js() {
   return R"js(
 (function () {
   'use strict';
+  var T0 = performance.now();
   var D = JSON.parse(document.getElementById('ampscope-data').textContent);
   var F = D.formats, NS = 'http://www.w3.org/2000/svg', COLS = 13, PAGE = 250;
   var S = {fmt: 0, key: null, dir: 1, filter: '', findings: false, open: {}, det: {}, limit: PAGE};
@@ -586,10 +589,12 @@ const char* html_js() {
   if (rankSel) { rankSel.addEventListener('change', showRank); showRank(); }
 
   window.addEventListener('beforeprint', function () {
-    Array.prototype.forEach.call(document.querySelectorAll('details'), function (d) { d.open = true; });
+    // The what-if rows folded away print too; the evidence JSON stays folded (its key line prints).
+    Array.prototype.forEach.call(document.querySelectorAll('details.more'), function (d) { d.open = true; });
   });
   render();
   drawAgg();
+  document.body.setAttribute('data-ready-ms', String(Math.round(performance.now() - T0)));
 })();
 )js";
 }

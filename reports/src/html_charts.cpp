@@ -221,9 +221,8 @@ void scale_grid(const ScaleAxis& a, std::string& out) {
     out += fmt::format("<line class=\"tick\" x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\"/><text class=\"axis\" "
                        "x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>",
                        a.x0, a.x1, a.y(std::exp2(l)), a.x0 - 6, a.y(std::exp2(l)) + 4, pow2_label(l));
-  const std::int64_t ticks = std::min<std::int64_t>(10, a.s1 - a.s0);
-  for (std::int64_t i = 0; i <= ticks; ++i) {
-    const std::int64_t s = a.s0 + (a.s1 - a.s0) * i / std::max<std::int64_t>(1, ticks);
+  const std::int64_t every = std::max<std::int64_t>(1, (a.s1 - a.s0 + 9) / 10);
+  for (std::int64_t s = a.s0; s <= a.s1; s += every) {
     out += fmt::format("<text class=\"axis\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", a.x(s), a.y1 + 16, s);
   }
   out += fmt::format("<text class=\"axis\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">step</text>", (a.x0 + a.x1) / 2, a.y1 + 32);

@@ -181,7 +181,8 @@ def pages(tmp_path_factory, cli):
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory, cli):
     out = tmp_path_factory.mktemp("demo")
-    res = cli("demo", "--device", "cpu", "--dtype", "float16", "--steps", "12", "--quiet",
+    # --scaler: the C++ GradScaler, so the demo's report has a loss-scale curve with skipped steps.
+    res = cli("demo", "--device", "cpu", "--dtype", "float16", "--steps", "12", "--quiet", "--scaler",
               "--out", out, timeout=600)
     assert res.returncode == 0, res.stderr
     return json.loads((out / "report.json").read_text()), out / "report.html"
@@ -263,6 +264,9 @@ def test_demo_report_in_a_browser(browser, demo):
     rep, html = demo
     load(browser, html)
     check_page(browser, html, "demo")
+    # Loss-scale curve: one marker per skipped step of the JSON.
+    skipped = sum(1 for p in rep["loss_scale"] if p["found_inf"])
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#loss-scale g.skip")) == skipped
     # Expanding a layer draws one histogram per op entry and per parameter gradient.
     target = rep["first_nonfinite"]["layer"] if rep["first_nonfinite"] else rep["layers"][-1]["name"]
     layer = next(l for l in rep["layers"] if l["name"] == target)
