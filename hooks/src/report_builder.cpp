@@ -21,6 +21,7 @@ reports::OpRecord to_record(const OpKey& key, const OpAggregate& agg,
   r.nonfinite_from_finite = agg.nonfinite_from_finite;
   r.first_nonfinite_step = agg.first_nonfinite_step;
   r.stats = agg.stats;
+  if (agg.input_stats.count > 0) r.input_stats = agg.input_stats;
   r.absmax_by_step = agg.absmax_by_step;
   r.shadow = agg.shadow;
   r.kernels = agg.kernels;
@@ -62,6 +63,14 @@ reports::Report build_report(const ObserverSnapshot& snap, const std::vector<Lay
   run.every = ctx.every;
   run.shadow = ctx.shadow;
   run.stopped = ctx.stopped;
+  run.sampling = ctx.sampling;
+  run.sampling.every = ctx.every;
+  run.sampling.loss_scale_updates = snap.loss_scale_updates;
+  if (snap.loss_scale_updates > static_cast<std::int64_t>(snap.loss_scale.size())) {
+    run.notes.push_back("loss-scale history thinned to " + std::to_string(snap.loss_scale.size()) +
+                        " of " + std::to_string(snap.loss_scale_updates) +
+                        " updates (every update that found inf/NaN is kept)");
+  }
   run.notes.insert(run.notes.end(), snap.notes.begin(), snap.notes.end());  // device side
   run.host_syncs = snap.host_syncs;
 

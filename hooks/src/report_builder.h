@@ -18,6 +18,7 @@ struct RunContext {
   int every = 1;
   bool shadow = false;
   std::string stopped;
+  reports::Sampling sampling;  ///< what was recorded (every, filters, stats on inputs)
 };
 
 /// Groups entries by layer (attached layers in tree order, "<outside>" last, layers with nothing

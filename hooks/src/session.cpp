@@ -61,6 +61,9 @@ void Session::start() {
   ObserverOptions o;
   o.every = options_.every;
   o.shadow = options_.shadow;
+  o.layers = options_.layers;
+  o.ops = options_.ops;
+  o.input_stats = options_.input_stats;
   Observer::start(o);
   reset_param_grads();
   running_ = true;
@@ -111,6 +114,11 @@ reports::Report Session::report() const {
   ctx.command = options_.command;
   ctx.every = options_.every;
   ctx.shadow = options_.shadow;
+  ctx.sampling.stats_on = options_.input_stats ? "inputs_and_outputs" : "outputs";
+  ctx.sampling.include_layers = options_.layers.include;
+  ctx.sampling.exclude_layers = options_.layers.exclude;
+  ctx.sampling.include_ops = options_.ops.include;
+  ctx.sampling.exclude_ops = options_.ops.exclude;
   ctx.stopped = stopped_.empty() && stop_requested() ? "nonfinite" : stopped_;
   ctx.started = started_;
   ctx.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();

@@ -50,10 +50,33 @@ Phase parse_phase(const std::string& p) {
   return Phase::kForward;
 }
 
+/// A list of patterns from the options JSON (absent or not a list of strings: none).
+std::vector<std::string> patterns(const nlohmann::json& j, const char* key) {
+  std::vector<std::string> out;
+  if (!j.contains(key) || !j[key].is_array()) return out;
+  for (const auto& p : j[key]) {
+    if (p.is_string()) out.push_back(p.get<std::string>());
+  }
+  return out;
+}
+
+/// What to record: {"include_layers": [...], "exclude_layers": [...], "include_ops": [...],
+/// "exclude_ops": [...], "input_stats": bool}; every key optional.
+void apply_record_options(SessionOptions& o, const std::string& options_json) {
+  auto j = nlohmann::json::parse(options_json.empty() ? "{}" : options_json, nullptr, false);
+  TORCH_CHECK(j.is_object(), "ampscope: start options must be a JSON object");
+  o.layers.include = patterns(j, "include_layers");
+  o.layers.exclude = patterns(j, "exclude_layers");
+  o.ops.include = patterns(j, "include_ops");
+  o.ops.exclude = patterns(j, "exclude_ops");
+  o.input_stats = j.contains("input_stats") && j["input_stats"].is_boolean() && j["input_stats"].get<bool>();
+}
+
 void start(int64_t every, bool shadow, std::string device, std::string autocast_dtype,
-           std::string command) {
+           std::string command, std::string options_json) {
   std::lock_guard<std::mutex> lock(g_mu);
   SessionOptions o;
+  apply_record_options(o, options_json);
   o.every = static_cast<int>(every);
   o.shadow = shadow;
   o.device = device;
@@ -115,7 +138,8 @@ void param_grad(std::string name, std::string layer, std::string layer_type, con
 }  // namespace ampscope
 
 TORCH_LIBRARY(ampscope, m) {
-  m.def("start(int every, bool shadow, str device, str autocast_dtype, str command) -> ()",
+  m.def("start(int every, bool shadow, str device, str autocast_dtype, str command, "
+        "str options=\"{}\") -> ()",
         &ampscope::start);
   m.def("nonfinite_seen() -> bool", &ampscope::nonfinite_seen);
   m.def("stop() -> ()", &ampscope::stop);

@@ -35,6 +35,7 @@ struct OpInfo {
   bool update_scale = false;   ///< aten::_amp_update_scale_: a GradScaler update
   bool uninitialized = false;  ///< returns uninitialized memory (aten::empty...): no stats
   bool internal = false;       ///< ampscope's own ops (the Python bridge): never recorded
+  bool filtered_out = false;   ///< excluded by ObserverOptions::ops: never recorded
 };
 
 // Autocast's promote ops: CUDA's list comes from the linked torch's header; CPU's lives only in
@@ -58,6 +59,7 @@ OpInfo make_info(const at::RecordFunction& fn, std::string_view name) {
   info.cast = name == "aten::to" || name == "aten::_to_copy";
   info.update_scale = name == "aten::_amp_update_scale_";
   info.internal = name.rfind("ampscope::", 0) == 0;
+  info.filtered_out = !global().op_filter.allows(name);
   info.uninitialized = name == "aten::empty" || name == "aten::empty_like" ||
                        name == "aten::empty_strided" || name == "aten::new_empty" ||
                        name == "aten::new_empty_strided";
@@ -73,6 +75,7 @@ OpInfo make_info(const at::RecordFunction& fn, std::string_view name) {
 /// The data a call carries from its start callback to its end callback.
 struct Call : at::ObserverContext {
   bool inner = false;  ///< autocast's inner call of the current top-level call
+  bool skip = false;   ///< its layer is filtered out: tracked for nesting, not recorded
   bool node = false;   ///< an autograd node (BACKWARD_FUNCTION scope)
   const OpInfo* info = nullptr;
   Phase phase = Phase::kForward;
@@ -88,6 +91,7 @@ struct Call : at::ObserverContext {
   bool inputs_finite = true;
   std::vector<c10::IValue> inputs;  ///< held for finiteness checks and the FP32 re-check
   Stats stats;                      ///< backward: incoming gradients, taken at start
+  Stats input_stats;                ///< ObserverOptions::input_stats: floating inputs
   std::uint64_t ext_id = 0;         ///< CUPTI external id pushed for this call (0: none)
 };
 
@@ -122,6 +126,8 @@ ThreadState& thread_state() {
     tls.generation = gen;
     tls.depth = 0;
     tls.top = nullptr;
+    tls.by_pointer.clear();  // op filters may differ from the previous run's
+    tls.by_name.clear();
     if (!tls.table) tls.table = global().new_table();
   }
   return tls;
@@ -219,6 +225,10 @@ void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call)
     call.layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();
     forward_ring(t, fn).put(fn.seqNr(), call.layer);
   }
+  if (!global().layer_filter.included(call.layer)) {
+    call.skip = true;
+    return;
+  }
   auto inputs = fn.inputs();
   c10::DeviceType device = c10::DeviceType::CPU;
   call.input_dtype = floating_dtype(inputs, &device);
@@ -229,7 +239,11 @@ void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call)
     call.autocast_dtype = static_cast<std::int8_t>(at::autocast::get_autocast_dtype(device));
   }
   call.inputs.assign(inputs.begin(), inputs.end());
-  if (call.info->inplace) {
+  if (global().input_stats) {
+    call.input_stats = stats_of(call.inputs);
+    call.inputs_finite = call.input_stats.nonfinite() == 0;
+    call.inputs_checked = true;
+  } else if (call.info->inplace) {
     // The op overwrites its first input: its finiteness must be taken before it runs.
     call.inputs_finite = all_finite(call.inputs);
     call.inputs_checked = true;
@@ -275,6 +289,10 @@ void start_backward_top(ThreadState& t, const at::RecordFunction& fn, Call& call
   if (layer < 0) layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();
   call.layer = layer;
   t.backward_layer = layer;
+  if (!global().layer_filter.included(layer)) {
+    call.skip = true;
+    return;
+  }
   auto inputs = fn.inputs();  // the gradients flowing into the node: valid only here
   call.input_dtype = floating_dtype(inputs);
   call.stats = stats_of(inputs);
@@ -301,6 +319,8 @@ bool is_engine_wrapper(const at::RecordFunction& fn) {
 
 constexpr std::string_view kUpdateScale = "aten::_amp_update_scale_";
 
+void apply_sampling(std::int64_t step);
+
 /// A GradScaler update ends its iteration. When the optimizer step was skipped (inf/NaN found),
 /// no optimizer hook marked the step, so the update marks it. Returns the step the update
 /// belongs to.
@@ -311,7 +331,7 @@ std::int64_t update_scale_step(GlobalState& g) {
   if (now > g.step_at_last_update) {
     belongs = now - 1;  // the optimizer step of this iteration already ended it
   } else {
-    g.step.fetch_add(1);
+    apply_sampling(g.step.fetch_add(1) + 1);
   }
   g.step_at_last_update = g.step.load();
   return belongs;
@@ -333,7 +353,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   try {
     if (depth == 0) {
       const OpInfo& info = lookup(t, fn);
-      if (info.internal) return nullptr;
+      if (info.internal || info.filtered_out) return nullptr;
       auto call = std::make_unique<Call>();
       call->info = &info;
       call->step = step;
@@ -342,14 +362,14 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       } else {
         start_forward_top(t, fn, *call);
       }
-      call->ext_id = device_call_begin();
+      if (!call->skip) call->ext_id = device_call_begin();
       t.top = call.get();
       return call;
     }
     Call* top = t.top;
     if (!top || backward) return nullptr;
     if (top->phase != Phase::kBackward) forward_ring(t, fn).put(fn.seqNr(), top->layer);
-    if (depth != 1) return nullptr;
+    if (depth != 1 || top->skip) return nullptr;
     const OpInfo& info = lookup(t, fn);
     if (info.cast) {
       ++top->pending_casts;
@@ -501,14 +521,14 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
     agg.stats = std::move(call.stats);
   } else {
     const auto& outputs = fn.outputs();
-    key.output_dtype = floating_dtype(outputs);
-    if (key.output_dtype < 0) key.output_dtype = first_dtype(outputs);
-    std::int8_t out_float = floating_dtype(outputs);
+    const std::int8_t out_float = floating_dtype(outputs);
+    key.output_dtype = out_float >= 0 ? out_float : first_dtype(outputs);
     key.compute_dtype = call.inner_seen && call.inner_dtype >= 0 ? call.inner_dtype
                         : out_float >= 0                         ? out_float
                                                                  : call.input_dtype;
     key.autocast = classify(call, key.compute_dtype);
     agg.casts = call.inner_seen ? call.pending_casts : 0;
+    agg.input_stats = std::move(call.input_stats);
     if (!call.info->uninitialized) agg.stats = stats_of(outputs);
     if (agg.stats.nonfinite() > 0) {
       if (!call.inputs_checked) call.inputs_finite = all_finite(call.inputs);
@@ -551,6 +571,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     }
     if (t.top == call) t.top = nullptr;
     if (call->ext_id != 0) device_call_end();
+    if (call->skip) return;
     at::DisableRecordFunctionGuard no_observe;  // our own tensor work is not the user's
     finish_top(fn, *call, t);
   } catch (const std::exception&) {
@@ -559,7 +580,38 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
 }
 
 at::CallbackHandle g_handle = at::INVALID_CALLBACK_HANDLE;
+/// every > 1: on unsampled steps the recording callback is off and this one, which asks for no
+/// inputs or outputs (nothing is boxed), only watches for GradScaler updates that end a step.
+at::CallbackHandle g_light_handle = at::INVALID_CALLBACK_HANDLE;
 std::mutex g_control_mu;
+std::mutex g_sampling_mu;
+bool g_recording_on = true;  ///< guarded by g_sampling_mu
+
+std::unique_ptr<at::ObserverContext> on_start_light(const at::RecordFunction& fn) {
+  auto& g = global();
+  const char* name = fn.name();
+  if (g.running.load(std::memory_order_relaxed) && name[0] == 'a' && name == kUpdateScale) {
+    update_scale_step(g);
+  }
+  return nullptr;
+}
+
+/// Switches between the recording and the light callback for the step that just began.
+void apply_sampling(std::int64_t step) {
+  auto& g = global();
+  if (g.every <= 1) return;
+  std::lock_guard<std::mutex> lock(g_sampling_mu);
+  const bool want = step % g.every == 0;
+  if (!g.running.load() || want == g_recording_on) return;
+  if (want) {
+    at::reenableCallback(g_handle);
+    at::disableCallback(g_light_handle);
+  } else {
+    at::disableCallback(g_handle);
+    at::reenableCallback(g_light_handle);
+  }
+  g_recording_on = want;
+}
 
 }  // namespace
 }  // namespace detail
@@ -576,6 +628,12 @@ void Observer::start(const ObserverOptions& options) {
   }
   g.every = options.every < 1 ? 1 : options.every;
   g.shadow = options.shadow;
+  g.input_stats = options.input_stats;
+  g.op_filter = options.ops;
+  g.op_filter.hierarchical = false;
+  NameFilter layers = options.layers;
+  layers.hierarchical = true;
+  g.layer_filter.configure(layers);
   g.generation.fetch_add(1, std::memory_order_acq_rel);
   g.running.store(true);
   detail::g_handle = at::addGlobalCallback(
@@ -583,6 +641,13 @@ void Observer::start(const ObserverOptions& options) {
           .needsInputs(true)
           .needsOutputs(true)
           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  if (g.every > 1) {
+    detail::g_light_handle = at::addGlobalCallback(
+        at::RecordFunctionCallback(&detail::on_start_light).scopes({at::RecordScope::FUNCTION}));
+    at::disableCallback(detail::g_light_handle);
+  }
+  std::lock_guard<std::mutex> sampling(detail::g_sampling_mu);
+  detail::g_recording_on = true;
 }
 
 void Observer::stop() {
@@ -590,8 +655,13 @@ void Observer::stop() {
   std::lock_guard<std::mutex> lock(detail::g_control_mu);
   if (!g.running.load()) return;
   g.running.store(false);
+  std::lock_guard<std::mutex> sampling(detail::g_sampling_mu);
   at::removeCallback(detail::g_handle);
   detail::g_handle = at::INVALID_CALLBACK_HANDLE;
+  if (detail::g_light_handle != at::INVALID_CALLBACK_HANDLE) {
+    at::removeCallback(detail::g_light_handle);
+    detail::g_light_handle = at::INVALID_CALLBACK_HANDLE;
+  }
   detail::device_stop();
 }
 
@@ -599,7 +669,11 @@ bool Observer::running() { return detail::global().running.load(); }
 
 void Observer::mark_step() {
   detail::device_flush();  // CUDA stats and kernel records of the step: one read-back
-  detail::global().step.fetch_add(1);
+  detail::apply_sampling(detail::global().step.fetch_add(1) + 1);
+}
+
+void Observer::name_layer(LayerId id, std::string_view name) {
+  detail::global().layer_filter.name(id, name);
 }
 
 std::int64_t Observer::current_step() { return detail::global().step.load(); }
@@ -643,6 +717,7 @@ ObserverSnapshot Observer::snapshot() {
     snap.first_nonfinite = g.first_nonfinite;
     detail::resolve_pending_loss_scales(g);
     snap.loss_scale = g.loss_scale;
+    snap.loss_scale_updates = g.loss_scale_updates;
   }
   snap.steps = g.step.load();
   detail::device_report(snap);

@@ -69,11 +69,11 @@ void OpAggregate::merge(const OpAggregate& o) {
     first_nonfinite_step = o.first_nonfinite_step;
   }
   stats.merge(o.stats);
+  input_stats.merge(o.input_stats);
   shadow.merge(o.shadow);
   kernels.merge(o.kernels);
   shadow_step = std::max(shadow_step, o.shadow_step);
   for (const auto& [step, v] : o.absmax_by_step) detail::append_series(absmax_by_step, step, v);
-  std::sort(absmax_by_step.begin(), absmax_by_step.end());
 }
 
 namespace detail {
@@ -126,18 +126,67 @@ LayerId SeqRing::get(std::int64_t seq) const {
 
 void append_series(std::vector<std::pair<std::int64_t, double>>& series, std::int64_t step,
                    double absmax) {
-  if (!series.empty() && series.back().first == step) {
+  // The series stays sorted by step. The hot case (a call in the current step) touches only
+  // the back; merging other threads' series may insert in the middle.
+  if (series.empty() || series.back().first < step) {
+    series.emplace_back(step, absmax);
+  } else if (series.back().first == step) {
     series.back().second = std::max(series.back().second, absmax);
     return;
-  }
-  for (auto& point : series) {
-    if (point.first == step) {
-      point.second = std::max(point.second, absmax);
+  } else {
+    auto it = std::lower_bound(series.begin(), series.end(), step,
+                               [](const auto& point, std::int64_t s) { return point.first < s; });
+    if (it != series.end() && it->first == step) {
+      it->second = std::max(it->second, absmax);
       return;
     }
+    series.insert(it, {step, absmax});
   }
-  series.emplace_back(step, absmax);
   if (series.size() > kMaxSeriesPoints) halve_series(series);
+}
+
+void append_loss_scale(std::vector<LossScaleRecord>& series, const LossScaleRecord& rec) {
+  series.push_back(rec);
+  if (series.size() <= kMaxLossScale) return;
+  // Thin the older half: keep every update that found inf/NaN (the skipped steps the rules
+  // and the charts need) and every other clean one; the newer half stays whole.
+  const std::size_t old_end = series.size() / 2;
+  std::vector<LossScaleRecord> kept;
+  kept.reserve(series.size());
+  for (std::size_t i = 0; i < old_end; ++i) {
+    if (series[i].found_inf || i % 2 == 0) kept.push_back(series[i]);
+  }
+  if (kept.size() == old_end) {  // all found inf: keep every other one regardless
+    kept.clear();
+    for (std::size_t i = 0; i < old_end; i += 2) kept.push_back(series[i]);
+  }
+  kept.insert(kept.end(), series.begin() + static_cast<long>(old_end), series.end());
+  series.swap(kept);
+}
+
+void LayerFilter::configure(const NameFilter& filter) {
+  std::lock_guard<std::mutex> lock(mu_);
+  filter_ = filter;
+  active_.store(!filter.empty(), std::memory_order_release);
+  for (std::size_t i = 0; i < kSlots; ++i) flags_[i].store(kUnknown, std::memory_order_relaxed);
+}
+
+void LayerFilter::name(LayerId id, std::string_view name) {
+  if (id < 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto i = static_cast<std::size_t>(id);
+  if (names_.size() <= i) names_.resize(i + 1);
+  names_[i] = std::string(name);
+  if (i < kSlots) flags_[i].store(kUnknown, std::memory_order_relaxed);
+}
+
+bool LayerFilter::included_slow(LayerId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto i = static_cast<std::size_t>(id);
+  const std::string name = i < names_.size() ? names_[i] : std::string();
+  bool in = filter_.allows(id == kOutsideLayerId ? std::string_view("<outside>") : name);
+  if (i < kSlots) flags_[i].store(in ? kIn : kOut, std::memory_order_relaxed);
+  return in;
 }
 
 std::shared_ptr<ThreadTable> GlobalState::new_table() {
@@ -172,6 +221,7 @@ void GlobalState::reset() {
     std::lock_guard<std::mutex> lock(records_mu);
     first_nonfinite.reset();
     loss_scale.clear();
+    loss_scale_updates = 0;
     step_at_last_update = 0;
   }
   have_first_nonfinite.store(false);

@@ -55,6 +55,39 @@ class SeqRing {
 void append_series(std::vector<std::pair<std::int64_t, double>>& series, std::int64_t step,
                    double absmax);
 
+/// Appends a GradScaler update to a bounded series (at most about kMaxLossScale points): past
+/// the bound the older half is thinned, keeping every found-inf update.
+void append_loss_scale(std::vector<LossScaleRecord>& series, const LossScaleRecord& rec);
+
+/// Which layer ids ObserverOptions::layers lets through. Decisions are cached per id in
+/// atomics, so the hot path is one relaxed load; names arrive from the layer registry.
+class LayerFilter {
+ public:
+  /// Installs a filter (start of a run); forgets cached decisions.
+  void configure(const NameFilter& filter);
+  /// Records the name of an id (and forgets its cached decision).
+  void name(LayerId id, std::string_view name);
+  /// True when ops of layer `id` are recorded.
+  bool included(LayerId id) {
+    if (!active_.load(std::memory_order_acquire)) return true;
+    if (id >= 0 && static_cast<std::size_t>(id) < kSlots) {
+      auto f = flags_[static_cast<std::size_t>(id)].load(std::memory_order_relaxed);
+      if (f != kUnknown) return f == kIn;
+    }
+    return included_slow(id);
+  }
+
+ private:
+  static constexpr std::size_t kSlots = 1 << 16;
+  static constexpr std::uint8_t kUnknown = 0, kIn = 1, kOut = 2;
+  bool included_slow(LayerId id);
+  std::atomic<bool> active_{false};
+  std::mutex mu_;
+  NameFilter filter_;
+  std::vector<std::string> names_;
+  std::unique_ptr<std::atomic<std::uint8_t>[]> flags_{new std::atomic<std::uint8_t>[kSlots]()};
+};
+
 /// Run-wide state shared by all threads.
 struct GlobalState {
   std::atomic<bool> running{false};
@@ -62,6 +95,9 @@ struct GlobalState {
   std::atomic<std::int64_t> step{0};
   int every = 1;
   bool shadow = false;
+  bool input_stats = false;
+  NameFilter op_filter;
+  LayerFilter layer_filter;
   InternTable ops;
 
   std::mutex tables_mu;
@@ -73,7 +109,8 @@ struct GlobalState {
   std::atomic<bool> have_first_nonfinite{false};
   std::mutex records_mu;
   std::optional<NonFiniteRecord> first_nonfinite;
-  std::vector<LossScaleRecord> loss_scale;
+  std::vector<LossScaleRecord> loss_scale;  ///< bounded, see append_loss_scale
+  std::int64_t loss_scale_updates = 0;
   std::int64_t step_at_last_update = 0;  ///< step counter after the last GradScaler update
 
   /// Registers a new table for the calling thread.

@@ -54,6 +54,21 @@ def tensor_stats(t):
     return json.loads(_core.ops().tensor_stats(t))
 
 
+def _patterns(value, what):
+    """None, "a,b" or an iterable of str -> a list of glob patterns."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [p for p in value.split(",") if p]
+    try:
+        items = list(value)
+    except TypeError:
+        raise TypeError(f"{what} must be a str or a list of str, got {type(value).__name__}") from None
+    if not all(isinstance(p, str) for p in items):
+        raise TypeError(f"{what} must be a str or a list of str")
+    return items
+
+
 def _rank_world():
     try:
         return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
@@ -68,12 +83,22 @@ class profile:
     low-precision op entry per recorded step in float32 and reports its error;
     `stop_on_nonfinite=True` raises NonFiniteStop right after the first NaN/Inf appears (the
     report is still written); `precision_map` (a path or dict; default: env
-    AMPSCOPE_PRECISION_MAP) pins layers as their modules are first seen."""
+    AMPSCOPE_PRECISION_MAP) pins layers as their modules are first seen.
+    What is recorded: `include` / `exclude` (layer-name globs; "blocks.1" also covers its
+    sub-layers), `ops` / `exclude_ops` (op-name globs such as "aten::*mm*", "*Backward0"), each
+    a list or a comma-separated str; `input_stats=True` also records stats of each op's floating
+    inputs. The report's run.sampling says what was recorded."""
 
     def __init__(self, model=None, out="ampscope-out", every=1, shadow=False,
-                 precision_map=None, command=None, stop_on_nonfinite=False):
+                 precision_map=None, command=None, stop_on_nonfinite=False, include=None,
+                 exclude=None, ops=None, exclude_ops=None, input_stats=False):
         if int(every) < 1:
             raise ValueError("every must be >= 1")
+        self._record = {"include_layers": _patterns(include, "include"),
+                        "exclude_layers": _patterns(exclude, "exclude"),
+                        "include_ops": _patterns(ops, "ops"),
+                        "exclude_ops": _patterns(exclude_ops, "exclude_ops"),
+                        "input_stats": bool(input_stats)}
         self.model, self.every, self.shadow = model, int(every), bool(shadow)
         self.out = os.fspath(out) if out is not None else None  # str or path-like
         self.stop_on_nonfinite = bool(stop_on_nonfinite)
@@ -101,7 +126,7 @@ class profile:
         if self.model is not None:
             self._tracker.register_root(self.model)
         self._tracker.install()
-        ops.start(self.every, self.shadow, "cpu", "", self.command)
+        ops.start(self.every, self.shadow, "cpu", "", self.command, json.dumps(self._record))
         _active = self
         return self
 

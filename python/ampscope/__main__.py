@@ -1,4 +1,6 @@
-"""python -m ampscope [--out DIR] [--every N] [--shadow] [--stop-on-nonfinite] [--map FILE] script.py [args...]
+"""python -m ampscope [--out DIR] [--every N] [--shadow] [--stop-on-nonfinite] [--map FILE]
+                   [--include PATS] [--exclude PATS] [--ops PATS] [--exclude-ops PATS]
+                   [--input-stats] script.py [args...]
 
 Runs the script as `python script.py args...` would (its __name__ is "__main__", sys.argv and
 the exit code are preserved) with every torch.nn.Module observed, and writes report.json,
@@ -34,6 +36,17 @@ def _parser():
                    help="stop at the first NaN/Inf, write the report, exit 3")
     p.add_argument("--map", metavar="FILE", default=os.environ.get("AMPSCOPE_PRECISION_MAP"),
                    help="precision map to apply at start-up (env AMPSCOPE_PRECISION_MAP)")
+    p.add_argument("--include", metavar="PATS", default=None,
+                   help="record only these layers: comma-separated name globs; a match also "
+                        "covers sub-layers ('blocks.1' records blocks.1.ffn.wo)")
+    p.add_argument("--exclude", metavar="PATS", default=None,
+                   help="do not record these layers (globs, as --include)")
+    p.add_argument("--ops", metavar="PATS", default=None,
+                   help="record only these ops / autograd nodes (globs: 'aten::*mm*,*Backward0')")
+    p.add_argument("--exclude-ops", metavar="PATS", default=None,
+                   help="do not record these ops (globs)")
+    p.add_argument("--input-stats", action="store_true",
+                   help="also record stats of every op's floating inputs (default: outputs only)")
     p.add_argument("script", help="the Python script to run")
     p.add_argument("args", nargs=argparse.REMAINDER, help="its arguments")
     return p
@@ -62,7 +75,9 @@ def main(argv=None):
     sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     prof = profile(out=a.out, every=a.every, shadow=a.shadow, precision_map=pins,
-                   stop_on_nonfinite=a.stop_on_nonfinite,
+                   stop_on_nonfinite=a.stop_on_nonfinite, include=a.include,
+                   exclude=a.exclude, ops=a.ops, exclude_ops=a.exclude_ops,
+                   input_stats=a.input_stats,
                    command=" ".join(["python -m ampscope", a.script, *a.args]))
     try:
         with prof:

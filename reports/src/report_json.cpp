@@ -132,6 +132,7 @@ ojson op_to_ojson(const OpRecord& op) {
   o["nonfinite_from_finite"] = op.nonfinite_from_finite;
   o["first_nonfinite_step"] = op.first_nonfinite_step;
   o["stats"] = stats_to_ojson(op.stats);
+  if (op.input_stats) o["input_stats"] = stats_to_ojson(*op.input_stats);
   if (op.shadow.checks > 0) {
     ojson sh = ojson::object();
     sh["checks"] = op.shadow.checks;
@@ -173,6 +174,27 @@ ojson run_to_ojson(const RunInfo& r) {
   o["stopped"] = r.stopped;
   o["notes"] = r.notes;
   if (r.host_syncs >= 0) o["host_syncs"] = r.host_syncs;
+  ojson sm = ojson::object();
+  sm["every"] = r.sampling.every;
+  sm["stats_on"] = r.sampling.stats_on;
+  sm["include_layers"] = r.sampling.include_layers;
+  sm["exclude_layers"] = r.sampling.exclude_layers;
+  sm["include_ops"] = r.sampling.include_ops;
+  sm["exclude_ops"] = r.sampling.exclude_ops;
+  sm["loss_scale_updates"] = r.sampling.loss_scale_updates;
+  o["sampling"] = std::move(sm);
+  return o;
+}
+
+ojson fp32_check_to_ojson(const Fp32Check& c) {
+  ojson o = ojson::object();
+  o["also_nonfinite"] = c.also_nonfinite;
+  o["compared"] = c.compared;
+  o["lowp_only_nonfinite"] = c.lowp_only_nonfinite;
+  o["rel_err"] = num(c.rel_err);
+  o["max_ulp"] = num(c.max_ulp);
+  o["cosine"] = num(c.cosine);
+  o["fp32_absmax"] = num(c.fp32_absmax);
   return o;
 }
 
@@ -185,18 +207,7 @@ ojson nonfinite_to_ojson(const NonFiniteEvent& e) {
   o["kind"] = e.kind;
   o["inputs_finite"] = e.inputs_finite;
   o["fp32_also_nonfinite"] = e.fp32_also_nonfinite ? ojson(*e.fp32_also_nonfinite) : ojson(nullptr);
-  if (e.fp32_check) {
-    const Fp32Check& c = *e.fp32_check;
-    ojson fc = ojson::object();
-    fc["also_nonfinite"] = c.also_nonfinite;
-    fc["compared"] = c.compared;
-    fc["lowp_only_nonfinite"] = c.lowp_only_nonfinite;
-    fc["rel_err"] = num(c.rel_err);
-    fc["max_ulp"] = num(c.max_ulp);
-    fc["cosine"] = num(c.cosine);
-    fc["fp32_absmax"] = num(c.fp32_absmax);
-    o["fp32_check"] = std::move(fc);
-  }
+  if (e.fp32_check) o["fp32_check"] = fp32_check_to_ojson(*e.fp32_check);
   o["compute_dtype"] = e.compute_dtype;
   o["output_stats"] = e.output_stats ? stats_to_ojson(*e.output_stats) : ojson(nullptr);
   o["rank"] = e.rank;
@@ -287,6 +298,8 @@ ojson report_to_ojson(const Report& r) {
 }  // namespace
 
 json stats_to_json(const Stats& s) { return json(stats_to_ojson(s)); }
+
+json fp32_check_to_json(const Fp32Check& c) { return json(fp32_check_to_ojson(c)); }
 
 json report_to_json(const Report& r) { return json(report_to_ojson(r)); }
 
@@ -471,6 +484,9 @@ OpRecord op_from_json(const json& j, const std::string& where) {
   op.autocast = o.str("autocast");
   op.casts = o.int64("casts");
   op.stats = stats_from_json(o.need("stats"), o.path("stats"));
+  if (const json* in = o.find("input_stats"); in && !in->is_null()) {
+    op.input_stats = stats_from_json(*in, o.path("input_stats"));
+  }
   op.first_step = o.int64_or("first_step", 0);
   op.last_step = o.int64_or("last_step", op.first_step);
   op.nonfinite_from_finite = o.int64_or("nonfinite_from_finite", 0);
@@ -508,6 +524,24 @@ ParamRecord param_from_json(const json& j, const std::string& where) {
   return p;
 }
 
+Sampling sampling_from_json(const json& j, const std::string& where) {
+  Obj o(j, where);
+  Sampling s;
+  s.every = o.int32_or("every", 1);
+  s.stats_on = o.str_or("stats_on", "outputs");
+  check_one_of(s.stats_on, {"outputs", "inputs_and_outputs"}, o.path("stats_on"));
+  auto list = [&](const char* key) {
+    const json* a = o.array_or_null(key);
+    return a ? string_list(*a, o.path(key)) : std::vector<std::string>{};
+  };
+  s.include_layers = list("include_layers");
+  s.exclude_layers = list("exclude_layers");
+  s.include_ops = list("include_ops");
+  s.exclude_ops = list("exclude_ops");
+  s.loss_scale_updates = o.int64_or("loss_scale_updates", 0);
+  return s;
+}
+
 RunInfo run_from_json(const json& j, const std::string& where) {
   Obj o(j, where);
   RunInfo r;
@@ -528,6 +562,8 @@ RunInfo run_from_json(const json& j, const std::string& where) {
   r.stopped = o.str_or("stopped", "");
   if (const json* notes = o.array_or_null("notes")) r.notes = string_list(*notes, o.path("notes"));
   r.host_syncs = o.int64_or("host_syncs", -1);
+  r.sampling.every = r.every;
+  if (const json* sm = o.find("sampling"); sm && !sm->is_null()) r.sampling = sampling_from_json(*sm, o.path("sampling"));
   return r;
 }
 

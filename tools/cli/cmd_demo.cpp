@@ -17,7 +17,8 @@ namespace {
 
 constexpr const char* kHelp = R"(usage: ampscope demo [--device cpu|cuda] [--dtype float16|bfloat16] [--steps N]
                      [--every N] [--out DIR] [--map FILE] [--shadow] [--stop-on-nonfinite]
-                     [--fail-on-nonfinite] [--quiet] [--scaler]
+                     [--fail-on-nonfinite] [--quiet] [--include PATS] [--exclude PATS]
+                     [--ops PATS] [--exclude-ops PATS] [--input-stats] [--scaler]
 
 Trains the bundled example (a small transformer language model on synthetic data) under
 autocast while ampscope profiles it, then writes DIR/report.json, DIR/report.html and
@@ -43,14 +44,24 @@ what the precision map pins; in a bfloat16 run the summary shows it as float16 h
   --scaler                train with ampscope::GradScaler (always on for cuda + float16):
                           steps with inf/NaN gradients are skipped and the scale backs off;
                           the report's loss_scale lists every update
+  --include PATS          record only these layers: comma-separated name globs; a match also
+                          covers sub-layers ("blocks.1" records blocks.1.ffn.wo)
+  --exclude PATS          do not record these layers (globs, as --include)
+  --ops PATS              record only these ops / autograd nodes ("aten::*mm*,*Backward0")
+  --exclude-ops PATS      do not record these ops (globs)
+  --input-stats           also record stats of every op's floating inputs (default: outputs)
 Ctrl-C stops training early; the report of the steps seen is still written.
 )";
 
 }  // namespace
 
 int cmd_demo(const Argv& argv) {
-  Args a(argv, {"--device", "--dtype", "--steps", "--every", "--out", "--map"},
-         {"--fail-on-nonfinite", "--quiet", "--shadow", "--stop-on-nonfinite", "--scaler"}, "demo");
+  Args a(argv,
+         {"--device", "--dtype", "--steps", "--every", "--out", "--map", "--include", "--exclude",
+          "--ops", "--exclude-ops"},
+         {"--fail-on-nonfinite", "--quiet", "--shadow", "--stop-on-nonfinite", "--input-stats",
+          "--scaler"},
+         "demo");
   if (a.help()) return fmt::print("{}", kHelp), 0;
   if (!a.positional().empty()) throw UsageError("demo takes no positional arguments");
   demo::DemoOptions o;
@@ -72,6 +83,9 @@ int cmd_demo(const Argv& argv) {
   o.map_path = a.value("--map");
   o.shadow = a.flag("--shadow");
   o.stop_on_nonfinite = a.flag("--stop-on-nonfinite");
+  o.layers = {split_patterns(a.value("--include")), split_patterns(a.value("--exclude")), true};
+  o.ops = {split_patterns(a.value("--ops")), split_patterns(a.value("--exclude-ops")), false};
+  o.input_stats = a.flag("--input-stats");
   o.scaler = a.flag("--scaler");
   if (!o.map_path.empty()) reports::read_precision_map(o.map_path);  // bad maps fail up front
   const bool scaler = o.scaler || (o.device == "cuda" && o.dtype == "float16");

@@ -20,7 +20,9 @@ extern char** environ;
 namespace ampscope::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: ampscope run [--out DIR] [--every N] [--shadow] [--stop-on-nonfinite] -- CMD ARGS...
+constexpr const char* kHelp = R"(usage: ampscope run [--out DIR] [--every N] [--shadow] [--stop-on-nonfinite]
+                    [--include PATS] [--exclude PATS] [--ops PATS] [--exclude-ops PATS]
+                    [--input-stats] -- CMD ARGS...
 
 Runs a command under the profiler and writes DIR/report.json, report.html and
 precision_map.json (default DIR: ampscope-out). Exits with the command's exit code.
@@ -35,6 +37,11 @@ precision_map.json (default DIR: ampscope-out). Exits with the command's exit co
   --every N              record every N-th step only
   --shadow               re-check low-precision ops in float32 (see python -m ampscope --help)
   --stop-on-nonfinite    Python scripts: stop at the first NaN/Inf, write the report, exit 3
+  --include PATS         record only these layers (comma-separated globs; covers sub-layers)
+  --exclude PATS         do not record these layers
+  --ops PATS             record only these ops / autograd nodes ("aten::*mm*,*Backward0")
+  --exclude-ops PATS     do not record these ops
+  --input-stats          also record stats of every op's floating inputs
 )";
 
 std::string install_dir() {
@@ -73,6 +80,23 @@ bool is_python(const std::string& program) {
   return reports::base_name(program).rfind("python", 0) == 0;
 }
 
+/// The recording flags as the preload library's environment (AMPSCOPE_SHADOW, _INPUT_STATS,
+/// _INCLUDE, _EXCLUDE, _OPS, _EXCLUDE_OPS).
+void set_preload_env(const std::vector<std::string>& flags) {
+  auto has = [&](const char* f) { return std::find(flags.begin(), flags.end(), f) != flags.end(); };
+  ::setenv("AMPSCOPE_SHADOW", has("--shadow") ? "1" : "0", 1);
+  ::setenv("AMPSCOPE_INPUT_STATS", has("--input-stats") ? "1" : "0", 1);
+  const std::pair<const char*, const char*> valued[] = {{"--include", "AMPSCOPE_INCLUDE"},
+                                                        {"--exclude", "AMPSCOPE_EXCLUDE"},
+                                                        {"--ops", "AMPSCOPE_OPS"},
+                                                        {"--exclude-ops", "AMPSCOPE_EXCLUDE_OPS"}};
+  for (const auto& [flag, env] : valued) {
+    auto it = std::find(flags.begin(), flags.end(), flag);
+    if (it != flags.end() && it + 1 != flags.end()) ::setenv(env, (it + 1)->c_str(), 1);
+    else ::unsetenv(env);
+  }
+}
+
 }  // namespace
 
 int run_profiled(const std::vector<std::string>& rest, const std::string& out, int every,
@@ -93,8 +117,7 @@ int run_profiled(const std::vector<std::string>& rest, const std::string& out, i
     ::setenv("LD_PRELOAD", prepend_env("LD_PRELOAD", lib).c_str(), 1);
     ::setenv("AMPSCOPE_OUT", out.c_str(), 1);
     ::setenv("AMPSCOPE_EVERY", std::to_string(every).c_str(), 1);
-    const bool shadow = std::find(python_flags.begin(), python_flags.end(), "--shadow") != python_flags.end();
-    ::setenv("AMPSCOPE_SHADOW", shadow ? "1" : "0", 1);
+    set_preload_env(python_flags);
     std::string joined;
     for (const auto& s : rest) joined += (joined.empty() ? "" : " ") + s;
     ::setenv("AMPSCOPE_COMMAND", joined.c_str(), 1);
@@ -108,14 +131,18 @@ int run_profiled(const std::vector<std::string>& rest, const std::string& out, i
 }
 
 int cmd_run(const Argv& argv) {
-  Args a(argv, {"--out", "--every"}, {"--shadow", "--stop-on-nonfinite"}, "run");
+  Args a(argv, {"--out", "--every", "--include", "--exclude", "--ops", "--exclude-ops"},
+         {"--shadow", "--stop-on-nonfinite", "--input-stats"}, "run");
   if (a.help()) return fmt::print("{}", kHelp), 0;
   if (!a.positional().empty() || a.rest().empty()) {
     throw UsageError("run needs the command after '--' (see ampscope run --help)");
   }
   std::vector<std::string> flags;
-  for (const char* f : {"--shadow", "--stop-on-nonfinite"})
+  for (const char* f : {"--shadow", "--stop-on-nonfinite", "--input-stats"})
     if (a.flag(f)) flags.push_back(f);
+  for (const char* v : {"--include", "--exclude", "--ops", "--exclude-ops"}) {
+    if (!a.value(v).empty()) flags.insert(flags.end(), {v, a.value(v)});
+  }
   if (a.flag("--stop-on-nonfinite") && !is_python(a.rest()[0]))
     throw UsageError("--stop-on-nonfinite works for Python scripts only; a LibTorch program checks "
                      "Session::stop_requested() itself");

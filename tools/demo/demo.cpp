@@ -210,6 +210,9 @@ DemoResult run_demo(const DemoOptions& options) {
   so.autocast_dtype = options.dtype;
   so.shadow = options.shadow;
   so.stop_on_nonfinite = options.stop_on_nonfinite;
+  so.layers = options.layers;
+  so.ops = options.ops;
+  so.input_stats = options.input_stats;
   so.command = fmt::format("ampscope demo --device {} --dtype {} --steps {}{}{}{}{}",
                            options.device, options.dtype, options.steps,
                            options.scaler ? " --scaler" : "",

@@ -3,6 +3,8 @@
 // grow past float16's range mid-run, as T5's `wo` did, so the report has a true finding.
 #pragma once
 
+#include <ampscope/profiler/name_filter.h>
+
 #include <cstdint>
 #include <string>
 
@@ -19,6 +21,9 @@ struct DemoOptions {
   std::string map_path;          ///< precision map to apply before training ("" = none)
   bool shadow = false;           ///< float32 shadow re-checks of low-precision ops
   bool stop_on_nonfinite = false;  ///< end training right after the first NaN/Inf
+  NameFilter layers;             ///< layers recorded (SessionOptions::layers)
+  NameFilter ops;                ///< ops recorded (SessionOptions::ops)
+  bool input_stats = false;      ///< also stats of op inputs
   /// Train with ampscope::GradScaler (loss scaling, steps skipped on inf/NaN gradients). Always
   /// on for cuda + float16, as a float16 run on a GPU would be.
   bool scaler = false;

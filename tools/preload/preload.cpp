@@ -22,6 +22,13 @@ struct PreloadedSession {
     if (const char* every = std::getenv("AMPSCOPE_EVERY")) o.every = std::max(1, std::atoi(every));
     if (const char* cmd = std::getenv("AMPSCOPE_COMMAND")) o.command = cmd;
     if (const char* shadow = std::getenv("AMPSCOPE_SHADOW")) o.shadow = std::string(shadow) == "1";
+    if (const char* in = std::getenv("AMPSCOPE_INPUT_STATS")) o.input_stats = std::string(in) == "1";
+    auto patterns = [](const char* env) {
+      const char* v = std::getenv(env);
+      return v ? ampscope::split_patterns(v) : std::vector<std::string>{};
+    };
+    o.layers = {patterns("AMPSCOPE_INCLUDE"), patterns("AMPSCOPE_EXCLUDE"), true};
+    o.ops = {patterns("AMPSCOPE_OPS"), patterns("AMPSCOPE_EXCLUDE_OPS"), false};
     try {
       session = std::make_unique<ampscope::Session>(o);
       session->start();

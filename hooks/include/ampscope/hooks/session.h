@@ -28,6 +28,12 @@ struct SessionOptions {
   bool shadow = false;
   /// Make stop_requested() true as soon as an op produces the first NaN/Inf.
   bool stop_on_nonfinite = false;
+  /// Layers recorded (glob patterns; "blocks.1" also covers "blocks.1.ffn.wo").
+  NameFilter layers;
+  /// Ops and autograd nodes recorded (glob patterns on "aten::matmul", "AddmmBackward0").
+  NameFilter ops;
+  /// Also record a stats block of every op's floating inputs (op.input_stats).
+  bool input_stats = false;
 };
 
 /// Writes <stem>.json and <stem>.html (optional) and the precision map into `dir` (created if

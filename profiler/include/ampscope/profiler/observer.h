@@ -8,6 +8,7 @@
 
 #include <ampscope/profiler/fp32_check.h>
 #include <ampscope/profiler/kernel_trace.h>
+#include <ampscope/profiler/name_filter.h>
 #include <ampscope/profiler/stats.h>
 
 #include <cstdint>
@@ -35,10 +36,19 @@ std::string_view autocast_class_name(AutocastClass c);
 inline constexpr std::size_t kMaxSeriesPoints = 256;
 
 struct ObserverOptions {
-  int every = 1;  ///< record steps 0, N, 2N, ... only (no work at all on the others)
+  /// Record steps 0, N, 2N, ... only. On the others the recording callbacks are switched off
+  /// (a light callback without inputs only watches for GradScaler updates).
+  int every = 1;
   /// Re-run the first call of each low-precision (layer, op) entry of every recorded step in
   /// float32 and keep the worst error (ShadowSummary). Costs about one extra float32 forward.
   bool shadow = false;
+  /// Layers recorded (hierarchical: "blocks.1" covers "blocks.1.ffn.wo"); ops in other layers
+  /// are not recorded at all (their NaN/Inf go unseen).
+  NameFilter layers;
+  /// Ops (and autograd nodes, e.g. "AddmmBackward0") recorded, by name ("aten::matmul").
+  NameFilter ops;
+  /// Also take a stats block of every recorded op's floating inputs (OpAggregate::input_stats).
+  bool input_stats = false;
 };
 
 /// Aggregation key of an entry. Dtypes are c10::ScalarType values as int8 (-1: none).
@@ -62,6 +72,7 @@ struct OpAggregate {
   std::int64_t nonfinite_from_finite = 0;
   std::int64_t first_nonfinite_step = -1;
   Stats stats;
+  Stats input_stats;  ///< the calls' floating inputs (ObserverOptions::input_stats only)
   std::vector<std::pair<std::int64_t, double>> absmax_by_step;  ///< bounded, down-sampled
   ShadowSummary shadow;              ///< --shadow re-checks (checks == 0: none)
   KernelSummary kernels;             ///< CUDA kernels/copies of its calls (CUPTI; empty: none)
@@ -94,11 +105,15 @@ struct ObserverSnapshot {
   std::vector<std::pair<OpKey, OpAggregate>> entries;
   std::vector<std::string> op_names;  ///< index = OpKey::op
   std::optional<NonFiniteRecord> first_nonfinite;
-  std::vector<LossScaleRecord> loss_scale;
+  std::vector<LossScaleRecord> loss_scale;  ///< bounded: older points thinned past kMaxLossScale
+  std::int64_t loss_scale_updates = 0;      ///< every update seen, kept or thinned
   std::int64_t steps = 0;  ///< completed steps
   std::vector<std::string> notes;  ///< what the device side could not see, and why
   std::int64_t host_syncs = -1;    ///< synchronising CUDA calls CUPTI saw (-1: not traced)
 };
+
+/// Most loss-scale points a run keeps; older clean updates are thinned beyond it.
+inline constexpr std::size_t kMaxLossScale = 1024;
 
 /// Process-wide observer. All functions are thread-safe.
 class Observer {
@@ -116,6 +131,10 @@ class Observer {
   static bool sampling_now();
   /// True once some op has produced a NaN/Inf in this run (the first one is recorded).
   static bool nonfinite_seen();
+
+  /// Tells the observer the name of a layer id (for ObserverOptions::layers); the layer
+  /// registry calls it for every id it issues. Ids may be renamed (registry reset).
+  static void name_layer(LayerId id, std::string_view name);
 
   /// Pushes/pops the layer that ops on this thread are attributed to (forward attribution).
   static void push_layer(LayerId id);

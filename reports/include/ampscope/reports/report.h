@@ -37,6 +37,8 @@ struct OpRecord {
   std::int64_t nonfinite_from_finite = 0;
   std::int64_t first_nonfinite_step = -1;  ///< step of the first such call (-1: none)
   Stats stats;                ///< outputs (forward/optimizer); incoming gradients (backward)
+  /// Floating inputs of the calls; only when the run took input stats (run.sampling).
+  std::optional<Stats> input_stats;
   /// Per step absmax of the outputs, at most kMaxSeries points (down-sampled beyond that).
   std::vector<std::pair<std::int64_t, double>> absmax_by_step;
   /// --shadow: worst error of the float32 re-runs of this entry (checks == 0: none ran).
@@ -60,6 +62,17 @@ struct Layer {
   std::vector<ParamRecord> params;
 };
 
+/// What a run recorded (issue 7): sampling period, filters, and which tensors got stats.
+struct Sampling {
+  int every = 1;                              ///< steps 0, N, 2N, ... recorded
+  std::string stats_on = "outputs";           ///< "outputs" | "inputs_and_outputs"
+  std::vector<std::string> include_layers;    ///< glob patterns (a match covers sub-layers)
+  std::vector<std::string> exclude_layers;
+  std::vector<std::string> include_ops;       ///< glob patterns on op / autograd node names
+  std::vector<std::string> exclude_ops;
+  std::int64_t loss_scale_updates = 0;        ///< GradScaler updates seen (loss_scale may be thinned)
+};
+
 struct RunInfo {
   std::string torch_version;
   std::string device;          ///< "cpu" | "cuda"
@@ -78,6 +91,7 @@ struct RunInfo {
   /// Synchronising CUDA calls (device/stream/event syncs, blocking copies) CUPTI saw, ampscope's
   /// own excluded; -1 when kernels were not traced.
   std::int64_t host_syncs = -1;
+  Sampling sampling;
 };
 
 /// The first op whose output held a non-finite value.
