@@ -228,7 +228,6 @@ AMP_AVX2 void scan_keys(const u8* __restrict key, int koff, const Src& src, i64 
 }
 
 constexpr int kMaxSweeps = 10;  // byte-compare sweeps (four binades each) before the scan by mask
-constexpr i64 kScanMax = 64;    // populated threshold binades up to this many values are scanned
 constexpr i64 kScanLeft = 24;   // values left in 3+ sweeps' worth of binades: found by mask instead
 
 /// What the sweeps know about a block: the keys (the source's exponent field: 0 for a zero, as
@@ -333,7 +332,7 @@ AMP_AVX2 void count_block(const KeyBlock& kb, const Src& src, Acc32& A) {
   for (int E = std::max(lo, 1); E <= emax; ++E) {
     const auto& bt = kBinadeTh.k[E];
     if (bt[0] == kNumTh || hb[E] == 0) continue;
-    if (nsparse < 4 && nscan + hb[E] <= kScanMax) {
+    if (nsparse < 4 && nscan + hb[E] <= Src::kScanMax) {
       sparse[nsparse++] = static_cast<u8>(E - kb.koff);
       nscan += hb[E];
     } else {
@@ -412,6 +411,8 @@ AMP_AVX2 bool add_ranges(u32 amax32, u32 amin1_32, double sum, double sum_sq, Ac
 
 /// Element access of a float32 block for count_block.
 struct Src32 {
+  /// Populated threshold binades of up to this many values are scanned by mask, not compared.
+  static constexpr i64 kScanMax = 64;
   const u32* x;
   AMP_AVX2 u32 abs32(int i) const { return x[i] & kAbs32; }
   /// Keys of 32 elements (four vectors v0..v3) are packed per 128-bit lane: v0 0-3, v1 0-3, v2 0-3,
@@ -496,6 +497,8 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
 /// Element access of a 16-bit block for count_block.
 template <bool kBF16>
 struct Src16 {
+  /// A compare pass over 16-bit data costs less than a scan by mask: never scan.
+  static constexpr i64 kScanMax = 0;
   const u16* x;
   /// Keys of 32 elements (two vectors v0, v1) are packed per 128-bit lane: v0 0-7, v1 0-7 |
   /// v0 8-15, v1 8-15.

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <functional>
 #include <limits>
 #include <map>
@@ -36,8 +37,8 @@ void usage(const char* argv0) {
       "          [--threads N] [--composed-max SIZE] [--no-simd] [--json FILE]\n"
       "  Times ampscope::tensor_stats, at::sum and the same stats composed from ATen ops on randn\n"
       "  tensors of each size (bytes) and dtype; prints the median of N interleaved repetitions,\n"
-      "  then a compact table of throughput ratios (median, and best-of-N in parentheses: the\n"
-      "  best is the steadier figure on a loaded machine).\n"
+      "  then a compact table of throughput ratios: median wall time, best wall time, and process\n"
+      "  CPU time (steadier on a loaded machine; with --threads 1 it is the one thread's time).\n"
       "  --threads N        threads for both torch and the stats kernel (default: torch's default\n"
       "                     for at::sum, hardware_concurrency for tensor_stats)\n"
       "  --composed-max S   largest size at which the composed ATen version is timed (default "
@@ -138,10 +139,21 @@ ampscope::Stats composed_stats(const at::Tensor& t0) {
   return s;
 }
 
-double seconds_of(const std::function<void()>& f) {
+/// Process CPU time (all threads) in seconds.
+double cpu_now() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+/// Wall-clock seconds of f(); the process CPU seconds it used are added to `*cpu`.
+double seconds_of(const std::function<void()>& f, double* cpu = nullptr) {
+  const double c0 = cpu_now();
   const auto t0 = std::chrono::steady_clock::now();
   f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (cpu != nullptr) *cpu += cpu_now() - c0;
+  return wall;
 }
 
 double median(std::vector<double> v) {
@@ -155,10 +167,12 @@ struct Row {
   const char* dtype;
   double stats_s, sum_s, composed_s;  // medians
   double stats_best_s, sum_best_s;    // best of the repetitions
+  double stats_cpu_s, sum_cpu_s;      // process CPU seconds per call, mean over the repetitions
   bool agree;
   bool extrapolated;
   double ratio() const { return sum_s / stats_s; }
   double best_ratio() const { return sum_best_s / stats_best_s; }
+  double cpu_ratio() const { return sum_cpu_s / stats_cpu_s; }
 };
 
 bool same_counts(const ampscope::Stats& a, const ampscope::Stats& b) {
@@ -199,14 +213,19 @@ Row measure(std::int64_t bytes, c10::ScalarType dt, const Options& opt,
   const bool big = bytes >= (64 << 20);  // composed takes seconds there: one timed run
   if (timed_comp && !big) comp = composed_stats(t);
   const int comp_inner = std::max(1, inner / 20);
+  double cpu_st = 0, cpu_sum = 0;
   for (int r = 0; r < opt.reps; ++r) {
-    ts.push_back(seconds_of([&] {
-                   for (int k = 0; k < inner; ++k) st = ampscope::tensor_stats(t, opt.threads);
-                 }) /
+    ts.push_back(seconds_of(
+                     [&] {
+                       for (int k = 0; k < inner; ++k) st = ampscope::tensor_stats(t, opt.threads);
+                     },
+                     &cpu_st) /
                  inner);
-    tsum.push_back(seconds_of([&] {
-                     for (int k = 0; k < inner; ++k) sink = sink + at::sum(t).item<double>();
-                   }) /
+    tsum.push_back(seconds_of(
+                       [&] {
+                         for (int k = 0; k < inner; ++k) sink = sink + at::sum(t).item<double>();
+                       },
+                       &cpu_sum) /
                    inner);
     if (timed_comp && (big ? r == 0 : r < 3))
       tcomp.push_back(seconds_of([&] {
@@ -232,6 +251,8 @@ Row measure(std::int64_t bytes, c10::ScalarType dt, const Options& opt,
              comp_s,
              *std::min_element(ts.begin(), ts.end()),
              *std::min_element(tsum.begin(), tsum.end()),
+             cpu_st / (opt.reps * inner),
+             cpu_sum / (opt.reps * inner),
              agree,
              !timed_comp};
 }
@@ -252,11 +273,13 @@ void print_row(const Row& row) {
   std::fflush(stdout);
 }
 
-/// One line per size, one column per dtype: stats/sum throughput (median, best) and composed/stats.
+/// One line per size, one column per dtype: stats/sum throughput (median wall time, best wall
+/// time, CPU time) and composed/stats time.
 void print_ratio_table(const std::vector<Row>& rows, const Options& opt) {
   std::printf(
-      "\nstats / at::sum throughput, median (best); composed / stats time  [bars: >= 0.5 (goal "
-      "0.8); >= 5]\n");
+      "\nstats / at::sum throughput by median wall time, best wall time, CPU time; composed / "
+      "stats "
+      "time\n[bars: >= 0.5 (goal 0.8); >= 5]\n");
   std::printf("%-9s", "size");
   for (auto dt : opt.dtypes) std::printf(" | %-25s", dtype_name(dt));
   std::printf("\n");
@@ -270,7 +293,8 @@ void print_ratio_table(const std::vector<Row>& rows, const Options& opt) {
           std::snprintf(comp, sizeof(comp), "%s%.0fx", r.extrapolated ? "~" : "",
                         r.composed_s / r.stats_s);
         char cell[64];
-        std::snprintf(cell, sizeof(cell), "%.2f (%.2f); %s", r.ratio(), r.best_ratio(), comp);
+        std::snprintf(cell, sizeof(cell), "%.2f %.2f %.2f  %s", r.ratio(), r.best_ratio(),
+                      r.cpu_ratio(), comp);
         std::printf(" | %-25s", cell);
       }
     }
@@ -288,17 +312,20 @@ bool write_json(const std::vector<Row>& rows, const Options& opt) {
                ampscope::stats_simd() ? "true" : "false", opt.reps);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
-    std::fprintf(f,
-                 "    {\"bytes\": %lld, \"numel\": %lld, \"dtype\": \"%s\", \"stats_s\": %.9g, "
-                 "\"sum_s\": %.9g, "
-                 "\"stats_best_s\": %.9g, \"sum_best_s\": %.9g, \"composed_s\": %.9g, "
-                 "\"stats_over_sum_throughput\": %.4f, \"stats_over_sum_throughput_best\": %.4f, "
-                 "\"composed_over_stats_time\": %.3f, \"composed_extrapolated\": %s, "
-                 "\"counts_agree\": %s}%s\n",
-                 static_cast<long long>(r.bytes), static_cast<long long>(r.numel), r.dtype,
-                 r.stats_s, r.sum_s, r.stats_best_s, r.sum_best_s, r.composed_s, r.ratio(),
-                 r.best_ratio(), r.composed_s / r.stats_s, r.extrapolated ? "true" : "false",
-                 r.agree ? "true" : "false", i + 1 < rows.size() ? "," : "");
+    std::fprintf(
+        f,
+        "    {\"bytes\": %lld, \"numel\": %lld, \"dtype\": \"%s\", \"stats_s\": %.9g, "
+        "\"sum_s\": %.9g, "
+        "\"stats_best_s\": %.9g, \"sum_best_s\": %.9g, \"stats_cpu_s\": %.9g, \"sum_cpu_s\": %.9g, "
+        "\"composed_s\": %.9g, "
+        "\"stats_over_sum_throughput\": %.4f, \"stats_over_sum_throughput_best\": %.4f, "
+        "\"stats_over_sum_cpu_time\": %.4f, "
+        "\"composed_over_stats_time\": %.3f, \"composed_extrapolated\": %s, "
+        "\"counts_agree\": %s}%s\n",
+        static_cast<long long>(r.bytes), static_cast<long long>(r.numel), r.dtype, r.stats_s,
+        r.sum_s, r.stats_best_s, r.sum_best_s, r.stats_cpu_s, r.sum_cpu_s, r.composed_s, r.ratio(),
+        r.best_ratio(), r.cpu_ratio(), r.composed_s / r.stats_s, r.extrapolated ? "true" : "false",
+        r.agree ? "true" : "false", i + 1 < rows.size() ? "," : "");
   }
   std::fprintf(f, "  ]\n}\n");
   return std::fclose(f) == 0;
