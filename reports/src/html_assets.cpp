@@ -326,53 +326,68 @@ const char* html_js() {
     if (f.max_exp + 2 <= hi + 16) hi = Math.max(hi, f.max_exp + 2);
     return [lo, hi];
   }
-  function drawHist(title, s, wide) {
-    var box = el('div', 'hist'), f = F[S.fmt], h = s.hist, total = histTotal(h);
-    box.appendChild(el('h4', null, title));
-    var W = wide ? 640 : 440, ml = 58, mr = 16, top = 8, ph = wide ? 120 : 84, lanes = F.length * 11;
-    var H = top + ph + 18 + lanes + 6;
-    var svg = sv('svg', {viewBox: '0 0 ' + W + ' ' + H, width: W, height: H, 'class': 'histogram', role: 'img'});
-    if (!total) {
-      svg.appendChild(sv('text', {x: W / 2, y: top + ph / 2, 'text-anchor': 'middle'}, 'no nonzero finite values'));
-      box.appendChild(svg);
-      box.appendChild(caption(s, f));
-      return box;
-    }
-    var v = histView(h, f), lo = v[0], hi = v[1], pw = W - ml - mr, bw = pw / (hi - lo);
-    function x(e) { return ml + (Math.max(lo, Math.min(hi, e)) - lo) * bw; }
+  // A chart frame: geometry and an exponent -> x mapping clamped to the view [lo, hi].
+  function frame(wide, lo, hi) {
+    var g = {W: wide ? 640 : 440, ml: 58, mr: 16, top: 8, ph: wide ? 120 : 84, lo: lo, hi: hi};
+    g.H = g.top + g.ph + 18 + F.length * 11 + 6;
+    g.bw = (g.W - g.ml - g.mr) / (hi - lo);
+    g.x = function (e) { return g.ml + (Math.max(lo, Math.min(hi, e)) - lo) * g.bw; };
+    return g;
+  }
+  function drawZones(svg, g, f) {
     [['under', -1e9, f.min_sub], ['sub', f.min_sub, f.min_normal], ['normal', f.min_normal, f.max_exp + 1],
      ['over', f.max_exp + 1, 1e9]].forEach(function (z) {
-      var x0 = x(z[1]), x1 = x(z[2]);
-      if (x1 > x0) svg.appendChild(sv('rect', {x: x0, y: top, width: x1 - x0, height: ph, 'class': 'z-' + z[0]}));
+      var x0 = g.x(z[1]), x1 = g.x(z[2]);
+      if (x1 > x0) svg.appendChild(sv('rect', {x: x0, y: g.top, width: x1 - x0, height: g.ph, 'class': 'z-' + z[0]}));
     });
-    var maxn = Math.max.apply(null, h[1]), ymax = Math.log10(maxn) + 1;
+  }
+  function drawBars(svg, g, f, h) {
+    var maxn = Math.max.apply(null, h[1]), ymax = Math.log10(maxn) + 1, total = histTotal(h);
     for (var p = 0; Math.pow(10, p) <= maxn; p++) {
-      var yy = top + ph - (p + 1) / ymax * ph;
-      svg.appendChild(sv('line', {x1: ml, x2: W - mr, y1: yy, y2: yy, 'class': 'tick'}));
+      var yy = g.top + g.ph - (p + 1) / ymax * g.ph;
+      svg.appendChild(sv('line', {x1: g.ml, x2: g.W - g.mr, y1: yy, y2: yy, 'class': 'tick'}));
       if (p % (ymax > 6 ? 2 : 1) === 0)
-        svg.appendChild(sv('text', {x: ml - 4, y: yy + 3, 'text-anchor': 'end'}, p === 0 ? '1' : '1e' + p));
+        svg.appendChild(sv('text', {x: g.ml - 4, y: yy + 3, 'text-anchor': 'end'}, p === 0 ? '1' : '1e' + p));
     }
     h[1].forEach(function (n, j) {
       if (!n) return;
-      var e = h[0] + j, bh = (Math.log10(n) + 1) / ymax * ph;
-      var r = sv('rect', {x: x(e) + 0.5, y: top + ph - bh, width: Math.max(1, bw - 1), height: bh, 'class': 'b-' + zone(e, f)});
+      var e = h[0] + j, bh = (Math.log10(n) + 1) / ymax * g.ph;
+      var r = sv('rect', {x: g.x(e) + 0.5, y: g.top + g.ph - bh, width: Math.max(1, g.bw - 1), height: bh,
+                          'class': 'b-' + zone(e, f)});
       tip(r, p2(e) + ' \u2264 |x| < ' + p2(e + 1) + ': ' + n + ' values (' + (100 * n / total).toPrecision(3) + '%)');
       svg.appendChild(r);
     });
-    svg.appendChild(sv('line', {x1: ml, x2: W - mr, y1: top + ph, y2: top + ph, 'class': 'base'}));
-    var step = Math.max(1, Math.ceil((hi - lo) / (wide ? 16 : 10)));
-    for (var e = Math.ceil(lo / step) * step; e <= hi; e += step)
-      svg.appendChild(sv('text', {x: x(e), y: top + ph + 12, 'text-anchor': 'middle'}, p2(e)));
-    F.forEach(function (g, k) {
-      var y = top + ph + 18 + k * 11, sel = k === S.fmt ? ' sel' : '';
-      var t = sv('text', {x: ml - 4, y: y + 6, 'text-anchor': 'end', 'class': 'lane' + sel}, g.short);
-      svg.appendChild(t);
-      var rs = sv('rect', {x: x(g.min_sub), y: y, width: x(g.min_normal) - x(g.min_sub), height: 6, 'class': 'lane-sub' + sel});
-      tip(rs, g.name + ' subnormal: ' + p2(g.min_sub) + ' \u2026 ' + p2(g.min_normal));
-      var rn = sv('rect', {x: x(g.min_normal), y: y, width: x(g.max_exp + 1) - x(g.min_normal), height: 6, 'class': 'lane-normal' + sel});
-      tip(rn, g.name + ' normal: ' + p2(g.min_normal) + ' \u2026 ' + g.max);
+  }
+  function drawAxis(svg, g, wide) {
+    var y = g.top + g.ph, step = Math.max(1, Math.ceil((g.hi - g.lo) / (wide ? 16 : 10)));
+    svg.appendChild(sv('line', {x1: g.ml, x2: g.W - g.mr, y1: y, y2: y, 'class': 'base'}));
+    for (var e = Math.ceil(g.lo / step) * step; e <= g.hi; e += step)
+      svg.appendChild(sv('text', {x: g.x(e), y: y + 12, 'text-anchor': 'middle'}, p2(e)));
+  }
+  // One lane per format under the axis: its subnormal (light) and normal (dark) exponent range.
+  function drawLanes(svg, g) {
+    F.forEach(function (f, k) {
+      var y = g.top + g.ph + 18 + k * 11, sel = k === S.fmt ? ' sel' : '';
+      svg.appendChild(sv('text', {x: g.ml - 4, y: y + 6, 'text-anchor': 'end', 'class': 'lane' + sel}, f.short));
+      var rs = sv('rect', {x: g.x(f.min_sub), y: y, width: g.x(f.min_normal) - g.x(f.min_sub), height: 6,
+                           'class': 'lane-sub' + sel});
+      tip(rs, f.name + ' subnormal: ' + p2(f.min_sub) + ' \u2026 ' + p2(f.min_normal));
+      var rn = sv('rect', {x: g.x(f.min_normal), y: y, width: g.x(f.max_exp + 1) - g.x(f.min_normal), height: 6,
+                           'class': 'lane-normal' + sel});
+      tip(rn, f.name + ' normal: ' + p2(f.min_normal) + ' \u2026 ' + f.max);
       svg.appendChild(rs); svg.appendChild(rn);
     });
+  }
+  function drawHist(title, s, wide) {
+    var box = el('div', 'hist'), f = F[S.fmt], h = s.hist;
+    box.appendChild(el('h4', null, title));
+    var v = histTotal(h) ? histView(h, f) : [0, 1], g = frame(wide, v[0], v[1]);
+    var svg = sv('svg', {viewBox: '0 0 ' + g.W + ' ' + g.H, width: g.W, height: g.H, 'class': 'histogram', role: 'img'});
+    if (histTotal(h)) {
+      drawZones(svg, g, f); drawBars(svg, g, f, h); drawAxis(svg, g, wide); drawLanes(svg, g);
+    } else {
+      svg.appendChild(sv('text', {x: g.W / 2, y: g.top + g.ph / 2, 'text-anchor': 'middle'}, 'no nonzero finite values'));
+    }
     box.appendChild(svg);
     box.appendChild(caption(s, f));
     return box;
