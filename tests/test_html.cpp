@@ -2,10 +2,9 @@
 // against the report model it came from; hostile model strings stay text; the page references
 // nothing outside itself; a 1,000-layer report stays under 5 MB. (The page's behaviour in a real
 // browser is tests/python/test_html_browser.py.)
-#include <gtest/gtest.h>
-
 #include <ampscope/reports/html.h>
 #include <ampscope/reports/report.h>
+#include <gtest/gtest.h>
 
 #include <map>
 #include <regex>
@@ -23,7 +22,8 @@ namespace {
 // ----------------------------------------------------------------------------- fixtures
 
 /// Stats with a histogram over [lo, lo + n) whose bin e holds (e - lo + 1) * mult values.
-Stats stats_with_hist(int lo, int n, std::int64_t mult, std::int64_t nan = 0, std::int64_t inf = 0) {
+Stats stats_with_hist(int lo, int n, std::int64_t mult, std::int64_t nan = 0,
+                      std::int64_t inf = 0) {
   Stats s;
   for (int k = 0; k < n; ++k) s.exp_hist.add(lo + k, (k + 1) * mult);
   s.zeros = 3;
@@ -245,7 +245,8 @@ TEST(HtmlData, AggregatesAreTheSumsOfTheirParts) {
   EXPECT_EQ(bins(d["agg"]["param_grads"]), params);
   EXPECT_EQ(bins(d["agg"]["activations"]), acts);
   const json& a = d["agg"]["activations"];
-  EXPECT_EQ(a[1].get<std::int64_t>() + a[2].get<std::int64_t>() + a[3].get<std::int64_t>(), act_nonfinite);
+  EXPECT_EQ(a[1].get<std::int64_t>() + a[2].get<std::int64_t>() + a[3].get<std::int64_t>(),
+            act_nonfinite);
 }
 
 TEST(HtmlData, FormatRangesAreTheFormatsOwn) {
@@ -263,8 +264,10 @@ TEST(HtmlData, FormatRangesAreTheFormatsOwn) {
 }
 
 TEST(HtmlData, ScriptSafeJsonCannotCloseItsElement) {
-  const json j = {{"a", "</script><script>alert(1)</script>"}, {"b", "x\xE2\x80\xA8y\xE2\x80\xA9z"},
-                  {"c", "<!-- & -->"}, {"d", "bad \xFF utf8"}};
+  const json j = {{"a", "</script><script>alert(1)</script>"},
+                  {"b", "x\xE2\x80\xA8y\xE2\x80\xA9z"},
+                  {"c", "<!-- & -->"},
+                  {"d", "bad \xFF utf8"}};
   const std::string s = detail::script_safe_json(j);
   for (const char* bad : {"<", ">", "&", "\xE2\x80\xA8", "\xE2\x80\xA9"})
     EXPECT_EQ(s.find(bad), std::string::npos) << bad;
@@ -318,7 +321,8 @@ TEST(HtmlSafety, HostileNamesStayText) {
   std::string lower = html;
   for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   EXPECT_EQ(count(lower, "</script"), 2u);
-  EXPECT_NE(html.find("&lt;img src=x onerror=document.title=&#39;pwned&#39;&gt;"), std::string::npos);
+  EXPECT_NE(html.find("&lt;img src=x onerror=document.title=&#39;pwned&#39;&gt;"),
+            std::string::npos);
   // The data block holds the names exactly, yet no '<' at all.
   EXPECT_EQ(data_text(html).find('<'), std::string::npos);
   const json d = data_of(html);
@@ -334,7 +338,8 @@ TEST(HtmlSafety, NothingOutsideTheFileAndAPolicyThatSaysSo) {
   // Every src/href attribute points inside the page (#anchor) or is inline data.
   const std::regex attr(R"re(\s(src|href)\s*=\s*"([^"]*)")re", std::regex::icase);
   int refs = 0;
-  for (auto it = std::sregex_iterator(html.begin(), html.end(), attr); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(html.begin(), html.end(), attr); it != std::sregex_iterator();
+       ++it) {
     const std::string v = (*it)[2];
     EXPECT_TRUE(v.rfind("#", 0) == 0 || v.rfind("data:", 0) == 0) << v;
     ++refs;
@@ -349,7 +354,8 @@ TEST(HtmlSafety, NothingOutsideTheFileAndAPolicyThatSaysSo) {
   EXPECT_NE(html.find("default-src 'none'"), std::string::npos);
   EXPECT_NE(html.find("<script nonce=\"" + m[1].str() + "\">"), std::string::npos);
   const std::string again = render_html(hostile_report());
-  EXPECT_EQ(again.find("'nonce-" + m[1].str() + "'"), std::string::npos) << "a fresh nonce per file";
+  EXPECT_EQ(again.find("'nonce-" + m[1].str() + "'"), std::string::npos)
+      << "a fresh nonce per file";
 }
 
 TEST(HtmlSafety, TheScriptCannotEndItsOwnElement) {
@@ -365,8 +371,8 @@ TEST(HtmlSafety, TheScriptCannotEndItsOwnElement) {
 
 TEST(HtmlSections, EverySectionOfTheContract) {
   const std::string html = render_html(nan_report());
-  for (const char* id : {"summary", "verdict", "recommendations", "layers", "histograms", "gradients",
-                         "loss-scale", "what-if"})
+  for (const char* id : {"summary", "verdict", "recommendations", "layers", "histograms",
+                         "gradients", "loss-scale", "what-if"})
     EXPECT_NE(html.find(std::string("<section id=\"") + id + "\""), std::string::npos) << id;
   EXPECT_EQ(html.find("id=\"ranks\""), std::string::npos);  // one process: no rank selector
   EXPECT_NE(html.find("id=\"layer-table\""), std::string::npos);
@@ -397,15 +403,17 @@ TEST(HtmlSections, RecommendationsInRankOrderWithEvidence) {
   second.action = "loss_scaling";
   second.severity = "high";
   second.reasons = {"grad_underflow_float16"};
-  second.evidence = json{{"gradients", {{"share_lost", 0.25}, {"format", "float16"}, {"suggested_scale", 1024}}}};
+  second.evidence =
+      json{{"gradients", {{"share_lost", 0.25}, {"format", "float16"}, {"suggested_scale", 1024}}}};
   r.recommendations.push_back(second);
   const std::string html = render_html(r);
   const std::size_t a = html.find("act-pin_fp32"), b = html.find("act-loss_scaling");
   ASSERT_NE(a, std::string::npos);
   ASSERT_NE(b, std::string::npos);
   EXPECT_LT(a, b);
-  EXPECT_NE(html.find("25% of gradient values underflow/subnormal in float16, suggested loss scale 1024"),
-            std::string::npos);
+  EXPECT_NE(
+      html.find("25% of gradient values underflow/subnormal in float16, suggested loss scale 1024"),
+      std::string::npos);
   EXPECT_NE(html.find("grad_underflow_float16"), std::string::npos);
 }
 
@@ -436,7 +444,8 @@ TEST(HtmlSections, GradientSpansComeFromTheHistograms) {
   const Layer& head = r.layers[3];
   ExpHist g = head.ops[1].stats.exp_hist;
   g.merge(head.params[0].grad.exp_hist);
-  const std::string want = "gradients: " + detail::pow2_label(g.lo()) + " … " + detail::pow2_label(g.hi());
+  const std::string want =
+      "gradients: " + detail::pow2_label(g.lo()) + " … " + detail::pow2_label(g.hi());
   EXPECT_NE(html.find(want), std::string::npos) << want;
   // One row per layer with data (the root has none): 4 labels.
   EXPECT_EQ(count(html, "<text class=\"label\""), 4u);
@@ -498,7 +507,8 @@ TEST(HtmlScale, ThousandLayersUnderFiveMegabytes) {
   EXPECT_EQ(d["layers"][1000]["ops"].size(), 4u);
   // The static span chart is capped; the page says so.
   EXPECT_NE(html.find("Showing the 150 of 1000 layers"), std::string::npos);
-  std::printf("1,000-layer report: %zu bytes, data block %zu\n", html.size(), data_text(html).size());
+  std::printf("1,000-layer report: %zu bytes, data block %zu\n", html.size(),
+              data_text(html).size());
 }
 
 }  // namespace

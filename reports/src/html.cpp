@@ -18,12 +18,23 @@ std::string html_escape(const std::string& s) {
   out.reserve(s.size() + s.size() / 8);
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out.push_back(c);
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out.push_back(c);
     }
   }
   return out;
@@ -33,9 +44,11 @@ namespace {
 
 void head(const Report& r, const std::string& nonce, std::string& out) {
   out += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
-  out += "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
-         "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; "
-         "script-src 'nonce-" + nonce + "'\">\n";
+  out +=
+      "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
+      "style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'; "
+      "script-src 'nonce-" +
+      nonce + "'\">\n";
   out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   out += "<link rel=\"icon\" href=\"data:,\">\n";
   std::string title = "ampscope report";
@@ -46,7 +59,10 @@ void head(const Report& r, const std::string& nonce, std::string& out) {
 
 void nav(const Report& r, std::string& out) {
   out += "<header class=\"top\"><span class=\"brand\">ampscope</span><nav>";
-  struct Link { const char* id; const char* label; };
+  struct Link {
+    const char* id;
+    const char* label;
+  };
   const bool ranks = r.run.world_size > 1 || !r.first_nonfinite_by_rank.empty();
   for (const Link& l : {Link{"summary", "Run"}, Link{"verdict", "Verdict"}, Link{"ranks", "Ranks"},
                         Link{"recommendations", "Recommendations"}, Link{"layers", "Layers"},
@@ -76,8 +92,9 @@ std::string render_html(const Report& report) {
   detail::gradients_section(report, out);
   detail::loss_scale_section(report, out);
   detail::what_if_section(report, out);
-  out += "</main>\n<footer>ampscope · schema ampscope.report/1 · this file is self-contained: "
-         "it loads nothing and sends nothing.</footer>\n";
+  out +=
+      "</main>\n<footer>ampscope · schema ampscope.report/1 · this file is self-contained: "
+      "it loads nothing and sends nothing.</footer>\n";
   out += "<script type=\"application/json\" id=\"ampscope-data\">" +
          detail::script_safe_json(detail::html_data(report)) + "</script>\n";
   out += "<script nonce=\"" + nonce + "\">" + detail::html_js() + "</script>\n";

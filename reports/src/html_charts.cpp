@@ -4,13 +4,12 @@
 
 #include <ampscope/reports/html.h>
 #include <ampscope/reports/what_if.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "dtypes.h"
 #include "html_detail.h"
@@ -33,8 +32,8 @@ std::string esc(const std::string& s) { return html_escape(s); }
 /// Exponent span of one histogram: full extent and the 1st..99th percentile bins.
 struct Span {
   bool any = false;
-  int lo = 0, hi = 0;    ///< lowest and highest exponent seen
-  int p1 = 0, p99 = 0;   ///< exponents holding the 1st and 99th percentile value
+  int lo = 0, hi = 0;   ///< lowest and highest exponent seen
+  int p1 = 0, p99 = 0;  ///< exponents holding the 1st and 99th percentile value
 };
 
 Span span_of(const ExpHist& h) {
@@ -84,7 +83,8 @@ std::size_t cap_rows(std::vector<RangeRow>& rows, std::size_t cap) {
   if (all <= cap) return all;
   std::vector<std::size_t> idx(all);
   for (std::size_t i = 0; i < all; ++i) idx[i] = i;
-  std::stable_sort(idx.begin(), idx.end(), [&](std::size_t a, std::size_t b) { return rows[a].score > rows[b].score; });
+  std::stable_sort(idx.begin(), idx.end(),
+                   [&](std::size_t a, std::size_t b) { return rows[a].score > rows[b].score; });
   idx.resize(cap);
   std::sort(idx.begin(), idx.end());
   std::vector<RangeRow> kept;
@@ -117,31 +117,42 @@ void axis_ticks(const Axis& a, double y, double y_end, std::string& out) {
   const int step = span <= 48 ? 4 : span <= 96 ? 8 : 16;
   for (int e = (a.lo / step) * step; e <= a.hi; e += step) {
     if (e < a.lo) continue;
-    out += fmt::format("<line class=\"tick\" x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\"/>"
-                       "<text class=\"axis\" x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>",
-                       a.x(e), y, y_end, y - 4, pow2_label(e));
+    out += fmt::format(
+        "<line class=\"tick\" x1=\"{0:.1f}\" x2=\"{0:.1f}\" y1=\"{1}\" y2=\"{2}\"/>"
+        "<text class=\"axis\" x=\"{0:.1f}\" y=\"{3}\" text-anchor=\"middle\">{4}</text>",
+        a.x(e), y, y_end, y - 4, pow2_label(e));
   }
 }
 
 void fp16_bands(const Axis& a, double y0, double y1, std::string& out) {
-  struct Band { const char* cls; double lo, hi; const char* what; };
-  for (const Band& b : {Band{"band-under", static_cast<double>(a.lo), -24, "becomes 0 in float16 (below 2⁻²⁴)"},
-                        Band{"band-sub", -24, -14, "float16 subnormal: 2⁻²⁴ … 2⁻¹⁴"},
-                        Band{"band-normal", -14, 16, "float16 normal: 2⁻¹⁴ … 65504"},
-                        Band{"band-over", 16, static_cast<double>(a.hi), "becomes inf in float16 (above 65504)"}}) {
+  struct Band {
+    const char* cls;
+    double lo, hi;
+    const char* what;
+  };
+  for (const Band& b :
+       {Band{"band-under", static_cast<double>(a.lo), -24, "becomes 0 in float16 (below 2⁻²⁴)"},
+        Band{"band-sub", -24, -14, "float16 subnormal: 2⁻²⁴ … 2⁻¹⁴"},
+        Band{"band-normal", -14, 16, "float16 normal: 2⁻¹⁴ … 65504"},
+        Band{"band-over", 16, static_cast<double>(a.hi), "becomes inf in float16 (above 65504)"}}) {
     if (b.hi <= b.lo) continue;
-    out += fmt::format("<rect class=\"{}\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"{}\"><title>{}</title></rect>",
-                       b.cls, a.x(b.lo), y0, a.x(b.hi) - a.x(b.lo), y1 - y0, b.what);
+    out += fmt::format(
+        "<rect class=\"{}\" x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" "
+        "height=\"{}\"><title>{}</title></rect>",
+        b.cls, a.x(b.lo), y0, a.x(b.hi) - a.x(b.lo), y1 - y0, b.what);
   }
 }
 
-void span_bar(const Axis& a, const Span& s, double y, const char* cls, const char* what, std::string& out) {
+void span_bar(const Axis& a, const Span& s, double y, const char* cls, const char* what,
+              std::string& out) {
   if (!s.any) return;
-  out += fmt::format("<g class=\"{}\"><title>{}: {} … {} (98% within {} … {})</title>"
-                     "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{}\" y2=\"{}\"/>"
-                     "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"6\"/></g>",
-                     cls, what, pow2_label(s.lo), pow2_label(s.hi + 1), pow2_label(s.p1), pow2_label(s.p99 + 1), a.x(s.lo), a.x(s.hi + 1), y + 3, y + 3,
-                     a.x(s.p1), y, std::max(1.0, a.x(s.p99 + 1) - a.x(s.p1)));
+  out += fmt::format(
+      "<g class=\"{}\"><title>{}: {} … {} (98% within {} … {})</title>"
+      "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{}\" y2=\"{}\"/>"
+      "<rect x=\"{:.1f}\" y=\"{}\" width=\"{:.1f}\" height=\"6\"/></g>",
+      cls, what, pow2_label(s.lo), pow2_label(s.hi + 1), pow2_label(s.p1), pow2_label(s.p99 + 1),
+      a.x(s.lo), a.x(s.hi + 1), y + 3, y + 3, a.x(s.p1), y,
+      std::max(1.0, a.x(s.p99 + 1) - a.x(s.p1)));
 }
 
 constexpr std::size_t kMaxRangeRows = 150;
@@ -156,21 +167,26 @@ void gradients_section(const Report& r, std::string& out) {
     return;
   }
   const std::size_t all = cap_rows(rows, kMaxRangeRows);
-  out += "<p class=\"hint\">Exponent span of each layer's forward outputs (blue) and gradients "
-         "(orange: incoming activation gradients and parameter gradients): thin line = every "
-         "nonzero finite value, bar = the middle 98%. Shaded: float16's normal range (dark) and "
-         "subnormal range (light); anything left of 2⁻²⁴ becomes 0 in float16 (violet), anything "
-         "right of 65504 becomes inf (red).";
+  out +=
+      "<p class=\"hint\">Exponent span of each layer's forward outputs (blue) and gradients "
+      "(orange: incoming activation gradients and parameter gradients): thin line = every "
+      "nonzero finite value, bar = the middle 98%. Shaded: float16's normal range (dark) and "
+      "subnormal range (light); anything left of 2⁻²⁴ becomes 0 in float16 (violet), anything "
+      "right of 65504 becomes inf (red).";
   if (all > rows.size())
-    out += fmt::format(" Showing the {} of {} layers reaching furthest past float16's range; every "
-                       "layer's span is in the layer table.", rows.size(), all);
+    out += fmt::format(
+        " Showing the {} of {} layers reaching furthest past float16's range; every "
+        "layer's span is in the layer table.",
+        rows.size(), all);
   out += "</p>\n";
   const double label_w = 300, width = 1240, row_h = 22, top = 24;
   const Axis a = axis_for(rows, label_w, width - 10);
   const double height = top + row_h * static_cast<double>(rows.size()) + 10;
-  out += fmt::format("<svg class=\"chart spans\" viewBox=\"0 0 {0} {1}\" width=\"{0}\" height=\"{1}\" role=\"img\" "
-                     "aria-label=\"gradient ranges per layer\">",
-                     width, height);
+  out += fmt::format(
+      "<svg class=\"chart spans\" viewBox=\"0 0 {0} {1}\" width=\"{0}\" height=\"{1}\" "
+      "role=\"img\" "
+      "aria-label=\"gradient ranges per layer\">",
+      width, height);
   fp16_bands(a, top, height - 10, out);
   for (std::size_t i = 1; i < rows.size(); i += 2)
     out += fmt::format("<rect class=\"stripe\" x=\"0\" y=\"{}\" width=\"{}\" height=\"{}\"/>",
@@ -179,15 +195,19 @@ void gradients_section(const Report& r, std::string& out) {
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const double y = top + row_h * static_cast<double>(i);
     const std::string label = text::layer_label(rows[i].layer);
-    out += fmt::format("<text class=\"label\" x=\"{}\" y=\"{}\" text-anchor=\"end\"><title>{}</title>{}</text>",
-                       label_w - 8, y + 15, esc(label), esc(text::truncate_middle(label, 40)));
+    out += fmt::format(
+        "<text class=\"label\" x=\"{}\" y=\"{}\" text-anchor=\"end\"><title>{}</title>{}</text>",
+        label_w - 8, y + 15, esc(label), esc(text::truncate_middle(label, 40)));
     span_bar(a, rows[i].fwd, y + 3, "fwd", "forward outputs", out);
     span_bar(a, rows[i].bwd, y + 12, "bwd", "gradients", out);
   }
-  out += "</svg>\n<p class=\"legend\"><span class=\"sw fwd\"></span> forward outputs "
-         "<span class=\"sw bwd\"></span> gradients <span class=\"sw band-normal\"></span> float16 normal "
-         "<span class=\"sw band-sub\"></span> float16 subnormal <span class=\"sw band-under\"></span> 0 in float16 "
-         "<span class=\"sw band-over\"></span> inf in float16</p>\n</section>\n";
+  out +=
+      "</svg>\n<p class=\"legend\"><span class=\"sw fwd\"></span> forward outputs "
+      "<span class=\"sw bwd\"></span> gradients <span class=\"sw band-normal\"></span> float16 "
+      "normal "
+      "<span class=\"sw band-sub\"></span> float16 subnormal <span class=\"sw band-under\"></span> "
+      "0 in float16 "
+      "<span class=\"sw band-over\"></span> inf in float16</p>\n</section>\n";
 }
 
 namespace {
@@ -196,7 +216,9 @@ struct ScaleAxis {
   std::int64_t s0 = 0, s1 = 1;
   double l0 = 0, l1 = 1;  ///< log2(scale) range
   double x0 = 70, x1 = 1220, y0 = 20, y1 = 210;
-  double x(std::int64_t step) const { return x0 + static_cast<double>(step - s0) * (x1 - x0) / static_cast<double>(s1 - s0); }
+  double x(std::int64_t step) const {
+    return x0 + static_cast<double>(step - s0) * (x1 - x0) / static_cast<double>(s1 - s0);
+  }
   double y(double scale) const { return y1 - (std::log2(scale) - l0) * (y1 - y0) / (l1 - l0); }
 };
 
@@ -206,7 +228,8 @@ ScaleAxis scale_axis(const std::vector<LossScalePoint>& pts) {
   double lmin = 1e300, lmax = -1e300;
   for (const LossScalePoint& p : pts) {
     a.s0 = std::min(a.s0, p.step), a.s1 = std::max(a.s1, p.step);
-    if (p.scale > 0 && std::isfinite(p.scale)) lmin = std::min(lmin, std::log2(p.scale)), lmax = std::max(lmax, std::log2(p.scale));
+    if (p.scale > 0 && std::isfinite(p.scale))
+      lmin = std::min(lmin, std::log2(p.scale)), lmax = std::max(lmax, std::log2(p.scale));
   }
   if (a.s1 == a.s0) a.s1 = a.s0 + 1;
   if (lmin > lmax) lmin = lmax = 0;
@@ -218,14 +241,19 @@ void scale_grid(const ScaleAxis& a, std::string& out) {
   const int span = static_cast<int>(a.l1 - a.l0);
   const int step = std::max(1, span / 8);
   for (int l = static_cast<int>(a.l0); l <= static_cast<int>(a.l1); l += step)
-    out += fmt::format("<line class=\"tick\" x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\"/><text class=\"axis\" "
-                       "x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>",
-                       a.x0, a.x1, a.y(std::exp2(l)), a.x0 - 6, a.y(std::exp2(l)) + 4, pow2_label(l));
+    out += fmt::format(
+        "<line class=\"tick\" x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\"/><text "
+        "class=\"axis\" "
+        "x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\">{5}</text>",
+        a.x0, a.x1, a.y(std::exp2(l)), a.x0 - 6, a.y(std::exp2(l)) + 4, pow2_label(l));
   const std::int64_t every = std::max<std::int64_t>(1, (a.s1 - a.s0 + 9) / 10);
   for (std::int64_t s = a.s0; s <= a.s1; s += every) {
-    out += fmt::format("<text class=\"axis\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>", a.x(s), a.y1 + 16, s);
+    out +=
+        fmt::format("<text class=\"axis\" x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                    a.x(s), a.y1 + 16, s);
   }
-  out += fmt::format("<text class=\"axis\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">step</text>", (a.x0 + a.x1) / 2, a.y1 + 32);
+  out += fmt::format("<text class=\"axis\" x=\"{}\" y=\"{}\" text-anchor=\"middle\">step</text>",
+                     (a.x0 + a.x1) / 2, a.y1 + 32);
 }
 
 void scale_path(const ScaleAxis& a, const std::vector<LossScalePoint>& pts, std::string& out) {
@@ -237,13 +265,18 @@ void scale_path(const ScaleAxis& a, const std::vector<LossScalePoint>& pts, std:
     d += d.empty() ? fmt::format("M{:.1f},{:.1f}", x, y) : fmt::format("H{:.1f}V{:.1f}", x, y);
     last_y = y;
   }
-  if (!d.empty()) out += fmt::format("<path class=\"scale\" d=\"{}H{:.1f}\"/>", d, a.x1), (void)last_y;
+  if (!d.empty())
+    out += fmt::format("<path class=\"scale\" d=\"{}H{:.1f}\"/>", d, a.x1), (void)last_y;
   std::size_t marks = 0;
   for (const LossScalePoint& p : pts) {
     if (!p.found_inf || !(p.scale > 0) || ++marks > 500) continue;
-    out += fmt::format("<g class=\"skip\"><title>step {}: found inf/NaN, optimizer step skipped; scale → {}</title>"
-                       "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{}\" y2=\"{}\"/><circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\"/></g>",
-                       p.step, text::number(p.scale), a.x(p.step), a.x(p.step), a.y0, a.y1, a.x(p.step), a.y(p.scale));
+    out += fmt::format(
+        "<g class=\"skip\"><title>step {}: found inf/NaN, optimizer step skipped; scale → "
+        "{}</title>"
+        "<line x1=\"{:.1f}\" x2=\"{:.1f}\" y1=\"{}\" y2=\"{}\"/><circle cx=\"{:.1f}\" "
+        "cy=\"{:.1f}\" r=\"4\"/></g>",
+        p.step, text::number(p.scale), a.x(p.step), a.x(p.step), a.y0, a.y1, a.x(p.step),
+        a.y(p.scale));
   }
 }
 
@@ -253,7 +286,9 @@ void loss_scale_section(const Report& r, std::string& out) {
   out += "<section id=\"loss-scale\"><h2>Loss scale</h2>\n";
   const auto& pts = r.loss_scale;
   if (pts.empty()) {
-    out += "<p class=\"muted\">No loss scaler seen (no GradScaler update in this run).</p></section>\n";
+    out +=
+        "<p class=\"muted\">No loss scaler seen (no GradScaler update in this "
+        "run).</p></section>\n";
     return;
   }
   std::vector<std::int64_t> skipped;
@@ -262,23 +297,29 @@ void loss_scale_section(const Report& r, std::string& out) {
     if (p.found_inf) skipped.push_back(p.step);
     lo = std::min(lo, p.scale), hi = std::max(hi, p.scale);
   }
-  out += fmt::format("<p>{} update(s), <b>{} skipped step(s)</b> (found inf/NaN); scale {} → {} (min {}, max {}).",
-                     pts.size(), skipped.size(), text::number(pts.front().scale), text::number(pts.back().scale),
-                     text::number(lo), text::number(hi));
+  out += fmt::format(
+      "<p>{} update(s), <b>{} skipped step(s)</b> (found inf/NaN); scale {} → {} (min {}, max {}).",
+      pts.size(), skipped.size(), text::number(pts.front().scale), text::number(pts.back().scale),
+      text::number(lo), text::number(hi));
   if (!skipped.empty()) {
     out += " Skipped at step ";
-    for (std::size_t i = 0; i < skipped.size() && i < 20; ++i) out += (i ? ", " : "") + std::to_string(skipped[i]);
+    for (std::size_t i = 0; i < skipped.size() && i < 20; ++i)
+      out += (i ? ", " : "") + std::to_string(skipped[i]);
     out += skipped.size() > 20 ? ", …" : "";
     out += ".";
   }
   out += "</p>\n";
   const ScaleAxis a = scale_axis(pts);
-  out += "<svg class=\"chart lossscale\" viewBox=\"0 0 1240 250\" width=\"1240\" height=\"250\" role=\"img\" "
-         "aria-label=\"loss scale by step\">";
+  out +=
+      "<svg class=\"chart lossscale\" viewBox=\"0 0 1240 250\" width=\"1240\" height=\"250\" "
+      "role=\"img\" "
+      "aria-label=\"loss scale by step\">";
   scale_grid(a, out);
   scale_path(a, pts, out);
-  out += "</svg>\n<p class=\"legend\"><span class=\"sw scale\"></span> scale (log2 axis) "
-         "<span class=\"sw skip\"></span> skipped step (found inf/NaN, scale backed off)</p>\n</section>\n";
+  out +=
+      "</svg>\n<p class=\"legend\"><span class=\"sw scale\"></span> scale (log2 axis) "
+      "<span class=\"sw skip\"></span> skipped step (found inf/NaN, scale backed "
+      "off)</p>\n</section>\n";
 }
 
 namespace {
@@ -302,8 +343,8 @@ std::string counts_line(const char* what, const WhatIfCounts& c) {
 }
 
 std::string what_if_row(const WhatIfRow& row) {
-  std::string s = "<tr><td><a class=\"goto\" href=\"#layers\" data-layer=\"" + esc(row.layer) + "\"><code>" +
-                  esc(text::layer_label(row.layer)) + "</code></a></td>";
+  std::string s = "<tr><td><a class=\"goto\" href=\"#layers\" data-layer=\"" + esc(row.layer) +
+                  "\"><code>" + esc(text::layer_label(row.layer)) + "</code></a></td>";
   for (std::size_t i = 0; i < kWhatIfFormats.size(); ++i) {
     const std::string v = what_if_verdict(row, i);
     s += "<td>" + (v.empty() ? std::string("–") : "<b class=\"wv wv-" + v + "\">" + v + "</b>") +
@@ -331,21 +372,29 @@ std::string what_if_table(const std::vector<const WhatIfRow*>& rows) {
 }  // namespace
 
 void what_if_section(const Report& r, std::string& out) {
-  out += "<section id=\"what-if\"><h2>What if: other formats</h2>\n<p class=\"hint\">Per layer, what its "
-         "recorded forward outputs (act) and gradients (grad) would do if stored in each format: "
-         "↑ overflow, ↓ underflow to zero, ~ subnormal, / nonzero values checked (exact casts; only "
-         "tensors wider than the format count; zero counts left out). <b>underflow</b> means more than 0.1% become zero.</p>\n";
+  out +=
+      "<section id=\"what-if\"><h2>What if: other formats</h2>\n<p class=\"hint\">Per layer, what "
+      "its "
+      "recorded forward outputs (act) and gradients (grad) would do if stored in each format: "
+      "↑ overflow, ↓ underflow to zero, ~ subnormal, / nonzero values checked (exact casts; only "
+      "tensors wider than the format count; zero counts left out). <b>underflow</b> means more "
+      "than 0.1% become zero.</p>\n";
   const std::vector<WhatIfRow> rows = what_if(r);
   if (rows.empty()) {
-    out += "<p class=\"muted\">No values recorded in a dtype wider than these formats.</p></section>\n";
+    out +=
+        "<p class=\"muted\">No values recorded in a dtype wider than these "
+        "formats.</p></section>\n";
     return;
   }
   std::vector<const WhatIfRow*> risky, safe;
   for (const WhatIfRow& row : rows) (all_safe(row) ? safe : risky).push_back(&row);
-  if (!risky.empty()) out += what_if_table(risky);
-  else out += "<p>Every layer is safe in every format listed.</p>\n";
+  if (!risky.empty())
+    out += what_if_table(risky);
+  else
+    out += "<p>Every layer is safe in every format listed.</p>\n";
   if (!safe.empty()) {
-    out += fmt::format("<details class=\"more\"><summary>{} layer(s) safe in every format</summary>", safe.size());
+    out += fmt::format(
+        "<details class=\"more\"><summary>{} layer(s) safe in every format</summary>", safe.size());
     out += what_if_table(safe) + "</details>\n";
   }
   out += "</section>\n";

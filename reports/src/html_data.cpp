@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
-#include <vector>
 #include <cstdio>
+#include <map>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "dtypes.h"
 #include "html_detail.h"
@@ -20,20 +20,28 @@ using json = nlohmann::json;
 /// Mantissa bits of each format: the smallest subnormal is 2^(min_normal_exp - bits).
 int mantissa_bits(Format f) {
   switch (f) {
-    case Format::kFloat16: return 10;
-    case Format::kBFloat16: return 7;
-    case Format::kFloat8E4M3FN: return 3;
-    case Format::kFloat8E5M2: return 2;
+    case Format::kFloat16:
+      return 10;
+    case Format::kBFloat16:
+      return 7;
+    case Format::kFloat8E4M3FN:
+      return 3;
+    case Format::kFloat8E5M2:
+      return 2;
   }
   return 0;
 }
 
 const char* short_name(Format f) {
   switch (f) {
-    case Format::kFloat16: return "fp16";
-    case Format::kBFloat16: return "bf16";
-    case Format::kFloat8E4M3FN: return "fp8 e4m3";
-    case Format::kFloat8E5M2: return "fp8 e5m2";
+    case Format::kFloat16:
+      return "fp16";
+    case Format::kBFloat16:
+      return "bf16";
+    case Format::kFloat8E4M3FN:
+      return "fp8 e4m3";
+    case Format::kFloat8E5M2:
+      return "fp8 e5m2";
   }
   return "";
 }
@@ -72,15 +80,17 @@ json per_format(const std::array<std::int64_t, kNumFormats>& a) {
 json stats_json(const Stats& s) {
   json counts = json::array();
   const int lo = s.exp_hist.empty() ? 0 : s.exp_hist.lo();
-  for (int e = lo; !s.exp_hist.empty() && e < s.exp_hist.hi(); ++e) counts.push_back(s.exp_hist.at(e));
-  return json::array({s.count, s.nan, s.posinf, s.neginf, s.zeros, drawn(s.absmax), per_format(s.overflow),
-                      per_format(s.underflow), per_format(s.subnormal), lo, std::move(counts)});
+  for (int e = lo; !s.exp_hist.empty() && e < s.exp_hist.hi(); ++e)
+    counts.push_back(s.exp_hist.at(e));
+  return json::array({s.count, s.nan, s.posinf, s.neginf, s.zeros, drawn(s.absmax),
+                      per_format(s.overflow), per_format(s.underflow), per_format(s.subnormal), lo,
+                      std::move(counts)});
 }
 
 json op_json(const OpRecord& op, Strings& str) {
-  return json::array({str(op.op), str(op.phase), op.calls, str(op.input_dtype), str(op.compute_dtype),
-                      str(op.output_dtype), str(op.autocast), op.casts, op.first_step, op.last_step,
-                      op.nonfinite_from_finite, stats_json(op.stats)});
+  return json::array({str(op.op), str(op.phase), op.calls, str(op.input_dtype),
+                      str(op.compute_dtype), str(op.output_dtype), str(op.autocast), op.casts,
+                      op.first_step, op.last_step, op.nonfinite_from_finite, stats_json(op.stats)});
 }
 
 json layer_json(const Layer& l, Strings& str) {
@@ -88,7 +98,8 @@ json layer_json(const Layer& l, Strings& str) {
   for (const OpRecord& op : l.ops) ops.push_back(op_json(op, str));
   for (const ParamRecord& p : l.params)
     params.push_back(json::array({p.name, str(p.dtype), p.updates, stats_json(p.grad)}));
-  return {{"name", l.name}, {"type", l.type}, {"ops", std::move(ops)}, {"params", std::move(params)}};
+  return {
+      {"name", l.name}, {"type", l.type}, {"ops", std::move(ops)}, {"params", std::move(params)}};
 }
 
 json formats_json() {
@@ -161,9 +172,12 @@ std::string script_safe_json(const json& j) {
   out.reserve(text.size() + 64);
   for (std::size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
-    if (c == '<') out += "\\u003c";
-    else if (c == '>') out += "\\u003e";
-    else if (c == '&') out += "\\u0026";
+    if (c == '<')
+      out += "\\u003c";
+    else if (c == '>')
+      out += "\\u003e";
+    else if (c == '&')
+      out += "\\u0026";
     else if (c == '\xE2' && i + 2 < text.size() && text[i + 1] == '\x80' &&
              (text[i + 2] == '\xA8' || text[i + 2] == '\xA9')) {
       out += text[i + 2] == '\xA8' ? "\\u2028" : "\\u2029";

@@ -58,7 +58,7 @@ void summary_section(const Report& r, std::string& out);
 void verdict_section(const Report& r, std::string& out);
 void ranks_section(const Report& r, std::string& out);  ///< empty for single-process reports
 void recommendations_section(const Report& r, std::string& out);
-void layers_section(const Report& r, std::string& out);      ///< controls; rows come from the script
+void layers_section(const Report& r, std::string& out);  ///< controls; rows come from the script
 void histograms_section(const Report& r, std::string& out);  ///< drawn by the script
 void gradients_section(const Report& r, std::string& out);   ///< span bars (SVG)
 void loss_scale_section(const Report& r, std::string& out);  ///< the curve (SVG)

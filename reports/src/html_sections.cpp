@@ -3,12 +3,11 @@
 // is escaped here; the interactive parts are filled in by the page's script.
 
 #include <ampscope/reports/html.h>
+#include <fmt/format.h>
 
 #include <cmath>
 #include <set>
 #include <string>
-
-#include <fmt/format.h>
 
 #include "dtypes.h"
 #include "html_detail.h"
@@ -23,12 +22,14 @@ std::string esc(const std::string& s) { return html_escape(s); }
 
 /// Magnitudes people compare with a format's max: 124360, not 1.244e+05.
 std::string magnitude(double v) {
-  return std::isfinite(v) && std::fabs(v) >= 1000 && std::fabs(v) < 1e15 ? fmt::format("{:.0f}", v) : number(v);
+  return std::isfinite(v) && std::fabs(v) >= 1000 && std::fabs(v) < 1e15 ? fmt::format("{:.0f}", v)
+                                                                         : number(v);
 }
 
 /// "2026-12-03T07:58:28Z" -> "2026-12-03 07:58:28 UTC" (anything else as it is).
 std::string readable_time(std::string t) {
-  if (t.size() == 20 && t[10] == 'T' && t[19] == 'Z') t = t.substr(0, 10) + " " + t.substr(11, 8) + " UTC";
+  if (t.size() == 20 && t[10] == 'T' && t[19] == 'Z')
+    t = t.substr(0, 10) + " " + t.substr(11, 8) + " UTC";
   return t;
 }
 
@@ -82,7 +83,9 @@ void summary_section(const Report& r, std::string& out) {
   out += "<div class=\"kv\">";
   kv(out, "Autocast", esc(run.autocast_dtype.empty() ? "off" : dtypes::bare(run.autocast_dtype)));
   kv(out, "Device", esc(run.device));
-  kv(out, "Steps", esc(std::to_string(run.steps)) + (run.every > 1 ? fmt::format(" (stats every {})", run.every) : ""));
+  kv(out, "Steps",
+     esc(std::to_string(run.steps)) +
+         (run.every > 1 ? fmt::format(" (stats every {})", run.every) : ""));
   kv(out, "Layers", std::to_string(r.layers.size()));
   kv(out, "Op entries", fmt::format("{} ({} calls)", t.entries, t.calls));
   kv(out, "NaN/Inf values", std::to_string(t.nonfinite));
@@ -115,7 +118,8 @@ std::string diagnosis(const Report& r, const NonFiniteEvent& e) {
     return "<b>Gradient overflow.</b> A backward node overflowed " + esc(low) +
            ": the loss scale is too large (or missing a GradScaler); pinning would only move it.";
   std::string s = "<b>Precision problem.</b> ";
-  if (!e.fp32_also_nonfinite) return s + "The op computed in " + esc(low) + "; the float32 re-check did not run.";
+  if (!e.fp32_also_nonfinite)
+    return s + "The op computed in " + esc(low) + "; the float32 re-check did not run.";
   s += "The same call re-run in float32 was finite";
   if (e.fp32_check && std::isfinite(e.fp32_check->fp32_absmax)) {
     s += " (float32 absmax " + esc(magnitude(e.fp32_check->fp32_absmax));
@@ -129,10 +133,12 @@ std::string diagnosis(const Report& r, const NonFiniteEvent& e) {
 
 void verdict_clean(const Report& r, std::string& out) {
   const bool advice = !r.recommendations.empty();
-  out += std::string("<section id=\"verdict\" class=\"banner ") + (advice ? "warn" : "clean") + "\">";
+  out +=
+      std::string("<section id=\"verdict\" class=\"banner ") + (advice ? "warn" : "clean") + "\">";
   out += "<div class=\"icon\">" + std::string(advice ? "!" : "✓") + "</div><div>";
   out += "<h2>Clean: no NaN or Inf in " + std::to_string(r.run.steps) + " step(s)</h2>";
-  out += advice ? fmt::format("<p>but {} recommendation(s) below: see why.</p>", r.recommendations.size())
+  out += advice ? fmt::format("<p>but {} recommendation(s) below: see why.</p>",
+                              r.recommendations.size())
                 : "<p>No layer needs a precision change.</p>";
   out += "</div></section>\n";
 }
@@ -144,17 +150,19 @@ void verdict_section(const Report& r, std::string& out) {
   const NonFiniteEvent& e = *r.first_nonfinite;
   out += "<section id=\"verdict\" class=\"banner bad\"><div class=\"icon\">✕</div><div>";
   out += fmt::format("<h2>First non-finite value ({}) at step {}</h2>", esc(e.kind), e.step);
-  out += "<p class=\"where\">layer " + layer_link(e.layer) + " · op <code>" + esc(e.op) + "</code> · " +
-         esc(e.phase) + " pass";
+  out += "<p class=\"where\">layer " + layer_link(e.layer) + " · op <code>" + esc(e.op) +
+         "</code> · " + esc(e.phase) + " pass";
   if (!e.compute_dtype.empty()) out += " · computed in " + esc(dtypes::bare(e.compute_dtype));
   if (r.run.world_size > 1) out += " · rank " + std::to_string(e.rank);
   out += "</p><p class=\"diag\">" + diagnosis(r, e) + "</p>";
   if (const Recommendation* rec = rec_for(r, e.layer))
-    out += "<p class=\"action\">→ <code>" + esc(rec->action) + "</code> " + layer_link(rec->layer) + "</p>";
+    out += "<p class=\"action\">→ <code>" + esc(rec->action) + "</code> " + layer_link(rec->layer) +
+           "</p>";
   if (e.output_stats) {
     const Stats& s = *e.output_stats;
-    out += fmt::format("<p class=\"muted\">Its output: {} values, {} NaN, {} +Inf, {} −Inf, finite absmax {}.</p>",
-                       s.count, s.nan, s.posinf, s.neginf, esc(magnitude(s.absmax)));
+    out += fmt::format(
+        "<p class=\"muted\">Its output: {} values, {} NaN, {} +Inf, {} −Inf, finite absmax {}.</p>",
+        s.count, s.nan, s.posinf, s.neginf, esc(magnitude(s.absmax)));
   }
   out += "</div></section>\n";
 }
@@ -162,31 +170,41 @@ void verdict_section(const Report& r, std::string& out) {
 namespace {
 
 std::string event_cells(const NonFiniteEvent& e) {
-  const std::string recheck = !e.fp32_also_nonfinite ? "not run" : *e.fp32_also_nonfinite ? "also non-finite" : "finite";
-  return fmt::format("<td class=\"n\">{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>",
-                     e.step, esc(e.phase), layer_link(e.layer), esc(e.op), esc(e.kind), recheck);
+  const std::string recheck = !e.fp32_also_nonfinite   ? "not run"
+                              : *e.fp32_also_nonfinite ? "also non-finite"
+                                                       : "finite";
+  return fmt::format(
+      "<td class=\"n\">{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>",
+      e.step, esc(e.phase), layer_link(e.layer), esc(e.op), esc(e.kind), recheck);
 }
 
 }  // namespace
 
 void ranks_section(const Report& r, std::string& out) {
   if (r.run.world_size <= 1 && r.first_nonfinite_by_rank.empty()) return;
-  out += "<section id=\"ranks\"><h2>Ranks</h2>\n<div class=\"controls\"><label>Rank "
-         "<select id=\"rank-select\"><option value=\"\">all (earliest)</option>";
-  for (int k = 0; k < r.run.world_size; ++k) out += fmt::format("<option value=\"{0}\">{0}</option>", k);
+  out +=
+      "<section id=\"ranks\"><h2>Ranks</h2>\n<div class=\"controls\"><label>Rank "
+      "<select id=\"rank-select\"><option value=\"\">all (earliest)</option>";
+  for (int k = 0; k < r.run.world_size; ++k)
+    out += fmt::format("<option value=\"{0}\">{0}</option>", k);
   out += "</select></label> <span id=\"rank-detail\" class=\"rank-detail\"></span></div>\n";
   std::set<int> seen;
   if (!r.first_nonfinite_by_rank.empty()) {
-    out += "<table class=\"grid\" id=\"rank-table\"><thead><tr><th>Rank</th><th>Step</th><th>Phase</th>"
-           "<th>Layer</th><th>Op</th><th>Kind</th><th>FP32 re-check</th></tr></thead><tbody>";
+    out +=
+        "<table class=\"grid\" "
+        "id=\"rank-table\"><thead><tr><th>Rank</th><th>Step</th><th>Phase</th>"
+        "<th>Layer</th><th>Op</th><th>Kind</th><th>FP32 re-check</th></tr></thead><tbody>";
     for (const NonFiniteEvent& e : r.first_nonfinite_by_rank) {
       seen.insert(e.rank);
-      out += fmt::format("<tr data-rank=\"{0}\"><td class=\"n\">{0}</td>", e.rank) + event_cells(e) + "</tr>";
+      out += fmt::format("<tr data-rank=\"{0}\"><td class=\"n\">{0}</td>", e.rank) +
+             event_cells(e) + "</tr>";
     }
     out += "</tbody></table>\n";
   }
   const int clean = r.run.world_size - static_cast<int>(seen.size());
-  if (clean > 0) out += fmt::format("<p class=\"muted\">{} of {} rank(s) saw no non-finite value.</p>\n", clean, r.run.world_size);
+  if (clean > 0)
+    out += fmt::format("<p class=\"muted\">{} of {} rank(s) saw no non-finite value.</p>\n", clean,
+                       r.run.world_size);
   out += "</section>\n";
 }
 
@@ -196,25 +214,31 @@ void recommendations_section(const Report& r, std::string& out) {
     out += "<p class=\"muted\">None: nothing in this run needs a precision change.</p></section>\n";
     return;
   }
-  out += "<table class=\"grid recs\"><thead><tr><th>#</th><th>Severity</th><th>Action</th><th>Layer</th>"
-         "<th>Why</th><th>Evidence</th></tr></thead><tbody>\n";
+  out +=
+      "<table class=\"grid "
+      "recs\"><thead><tr><th>#</th><th>Severity</th><th>Action</th><th>Layer</th>"
+      "<th>Why</th><th>Evidence</th></tr></thead><tbody>\n";
   int rank = 0;
   for (const Recommendation& rec : r.recommendations) {
     std::string reasons;
-    for (const std::string& code : rec.reasons) reasons += "<code class=\"code\">" + esc(code) + "</code> ";
-    out += fmt::format("<tr><td class=\"n\">{}</td><td><span class=\"sev sev-{}\">{}</span></td>", ++rank,
-                       esc(rec.severity), esc(rec.severity));
-    out += "<td><code class=\"act act-" + esc(rec.action) + "\">" + esc(rec.action) + "</code></td><td>" +
-           layer_link(rec.layer) + "</td><td>" + reasons + "</td><td>" + esc(text::key_evidence(rec)) +
-           "<details><summary>all evidence</summary><pre>" +
+    for (const std::string& code : rec.reasons)
+      reasons += "<code class=\"code\">" + esc(code) + "</code> ";
+    out += fmt::format("<tr><td class=\"n\">{}</td><td><span class=\"sev sev-{}\">{}</span></td>",
+                       ++rank, esc(rec.severity), esc(rec.severity));
+    out += "<td><code class=\"act act-" + esc(rec.action) + "\">" + esc(rec.action) +
+           "</code></td><td>" + layer_link(rec.layer) + "</td><td>" + reasons + "</td><td>" +
+           esc(text::key_evidence(rec)) + "<details><summary>all evidence</summary><pre>" +
            esc(rec.evidence.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)) +
            "</pre></details></td></tr>\n";
   }
   out += "</tbody></table>\n";
   for (const Recommendation& rec : r.recommendations) {
     if (rec.action != "pin_fp32") continue;
-    out += "<p class=\"hint\">Apply the pins: <code>ampscope map report.json -o precision_map.json</code>, "
-           "then re-run with <code>--map precision_map.json</code> (or <code>ampscope verify</code>).</p>\n";
+    out +=
+        "<p class=\"hint\">Apply the pins: <code>ampscope map report.json -o "
+        "precision_map.json</code>, "
+        "then re-run with <code>--map precision_map.json</code> (or <code>ampscope "
+        "verify</code>).</p>\n";
     break;
   }
   out += "</section>\n";
@@ -232,42 +256,52 @@ std::string format_select() {
 }  // namespace
 
 void layers_section(const Report& r, std::string& out) {
-  out += "<section id=\"layers\"><h2>Layers</h2>\n<p class=\"hint\">Module tree, collapsed: "
-         "▸ opens a module's children, a name opens its ops (written → computed → returned dtype, "
-         "autocast class, casts) and their exponent histograms. Click a column to sort, type to "
-         "filter.</p>\n<div class=\"controls\"><input type=\"search\" id=\"layer-filter\" "
-         "placeholder=\"Filter: layer, type or op\" aria-label=\"Filter layers\"> <label><input "
-         "type=\"checkbox\" id=\"layer-findings\"> only layers with findings</label> <button "
-         "type=\"button\" id=\"expand-all\">Expand all</button> <button type=\"button\" "
-         "id=\"collapse-all\">Collapse all</button> " + format_select() +
-         " <span id=\"layer-count\" class=\"muted\"></span></div>\n";
+  out +=
+      "<section id=\"layers\"><h2>Layers</h2>\n<p class=\"hint\">Module tree, collapsed: "
+      "▸ opens a module's children, a name opens its ops (written → computed → returned dtype, "
+      "autocast class, casts) and their exponent histograms. Click a column to sort, type to "
+      "filter.</p>\n<div class=\"controls\"><input type=\"search\" id=\"layer-filter\" "
+      "placeholder=\"Filter: layer, type or op\" aria-label=\"Filter layers\"> <label><input "
+      "type=\"checkbox\" id=\"layer-findings\"> only layers with findings</label> <button "
+      "type=\"button\" id=\"expand-all\">Expand all</button> <button type=\"button\" "
+      "id=\"collapse-all\">Collapse all</button> " +
+      format_select() + " <span id=\"layer-count\" class=\"muted\"></span></div>\n";
   out += "<div class=\"scroll\"><table class=\"grid layers\" id=\"layer-table\"><thead><tr>";
-  struct Col { const char* key; const char* label; const char* tip; };
-  for (const Col& c : {Col{"name", "Layer", "qualified module name"}, Col{"type", "Type", "module type"},
-                       Col{"entries", "Ops", "distinct op entries"}, Col{"calls", "Calls", "op calls"},
-                       Col{"comp", "Computes in", "compute dtypes of forward ops"},
-                       Col{"casts", "Casts", "casts autocast inserted"},
-                       Col{"nonfinite", "NaN/Inf", "non-finite values in outputs and gradients"},
-                       Col{"origins", "Origins", "calls that made NaN/Inf from finite inputs"},
-                       Col{"absmax", "Act absmax", "largest finite forward output"},
-                       Col{"overflow", "Overflow", "values past the selected format's max"},
-                       Col{"grad", "Grad range", "exponent span of gradients (activation + parameter)"},
-                       Col{"gunder", "Grad underflow", "gradient values that become 0 in the selected format"},
-                       Col{"advice", "Advice", "recommendations for this layer"}}) {
-    out += fmt::format("<th data-key=\"{}\" title=\"{}\" tabindex=\"0\">{}</th>", c.key, c.tip, c.label);
+  struct Col {
+    const char* key;
+    const char* label;
+    const char* tip;
+  };
+  for (const Col& c :
+       {Col{"name", "Layer", "qualified module name"}, Col{"type", "Type", "module type"},
+        Col{"entries", "Ops", "distinct op entries"}, Col{"calls", "Calls", "op calls"},
+        Col{"comp", "Computes in", "compute dtypes of forward ops"},
+        Col{"casts", "Casts", "casts autocast inserted"},
+        Col{"nonfinite", "NaN/Inf", "non-finite values in outputs and gradients"},
+        Col{"origins", "Origins", "calls that made NaN/Inf from finite inputs"},
+        Col{"absmax", "Act absmax", "largest finite forward output"},
+        Col{"overflow", "Overflow", "values past the selected format's max"},
+        Col{"grad", "Grad range", "exponent span of gradients (activation + parameter)"},
+        Col{"gunder", "Grad underflow", "gradient values that become 0 in the selected format"},
+        Col{"advice", "Advice", "recommendations for this layer"}}) {
+    out += fmt::format("<th data-key=\"{}\" title=\"{}\" tabindex=\"0\">{}</th>", c.key, c.tip,
+                       c.label);
   }
   out += "</tr></thead><tbody></tbody></table></div>\n";
   if (r.layers.empty()) out += "<p class=\"muted\">No layers recorded.</p>\n";
-  out += "<noscript><p>The layer table needs JavaScript; the data is in report.json.</p></noscript>\n";
+  out +=
+      "<noscript><p>The layer table needs JavaScript; the data is in report.json.</p></noscript>\n";
   out += "</section>\n";
 }
 
 void histograms_section(const Report&, std::string& out) {
-  out += "<section id=\"histograms\"><h2>Exponent histograms</h2>\n<p class=\"hint\">Nonzero finite "
-         "values by binade floor(log2|x|), counts on a log scale, against the representable "
-         "ranges (normal: dark band, subnormal: light band). Red bins overflow the selected format, "
-         "violet bins underflow to zero, amber bins are subnormal. Per-op histograms open from the "
-         "layer table.</p>\n<div class=\"controls\">" + format_select() + "</div>\n";
+  out +=
+      "<section id=\"histograms\"><h2>Exponent histograms</h2>\n<p class=\"hint\">Nonzero finite "
+      "values by binade floor(log2|x|), counts on a log scale, against the representable "
+      "ranges (normal: dark band, subnormal: light band). Red bins overflow the selected format, "
+      "violet bins underflow to zero, amber bins are subnormal. Per-op histograms open from the "
+      "layer table.</p>\n<div class=\"controls\">" +
+      format_select() + "</div>\n";
   out += "<div class=\"hists\" id=\"agg-hists\"></div></section>\n";
 }
 
