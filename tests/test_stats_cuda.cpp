@@ -373,4 +373,35 @@ TEST(ObserverCuda, FirstNonFiniteIsTheOverflowingOp) {
   EXPECT_EQ(big->ops[0].nonfinite_from_finite, 1);
 }
 
+TEST(ObserverCuda, ParameterGradientsAreReadBackPerStep) {
+  SKIP_WITHOUT_CUDA();
+  torch::manual_seed(0);
+  torch::nn::Linear fc(16, 8);
+  fc->to(torch::kCUDA);
+  auto x = torch::randn({32, 16}, torch::kCUDA);
+  torch::optim::SGD opt(fc->parameters(), 0.0);  // lr 0: the gradients are the same each step
+  ampscope::Session session;
+  session.attach(*fc, "fc");
+  session.start();
+  for (int step = 0; step < 2; ++step) {
+    opt.zero_grad();
+    ampscope::forward(fc, x).pow(2).sum().backward();
+    session.optimizer_step(opt);
+  }
+  session.stop();
+  auto r = session.report();
+  const auto* l = r.find_layer("fc");
+  ASSERT_NE(l, nullptr);
+  ASSERT_EQ(l->params.size(), 2u);
+  for (const auto& p : l->params) {
+    const auto& t = p.name == "fc.weight" ? fc->weight : fc->bias;
+    const Stats one = ampscope::tensor_stats(t.grad().cpu(), 1);
+    Stats want = one;
+    want.merge(one);  // two identical steps
+    EXPECT_EQ(p.updates, 2) << p.name;
+    expect_same(p.grad, want, p.name);
+  }
+  ampscope::detach_all_modules();
+}
+
 }  // namespace

@@ -16,6 +16,19 @@ namespace {
 struct ParamSlot {
   std::mutex mu;
   ParamGradInfo info;
+  std::shared_ptr<DeviceStatsTarget> device;  ///< CUDA gradients: stats read back per step
+};
+
+/// Folds a parameter's CUDA gradient stats into its record at the observer's read-back.
+struct GradTarget final : DeviceStatsTarget {
+  explicit GradTarget(std::weak_ptr<ParamSlot> s) : slot(std::move(s)) {}
+  void add(const Stats& stats) override {
+    if (auto p = slot.lock()) {
+      std::lock_guard<std::mutex> lock(p->mu);
+      p->info.grad.merge(stats);
+    }
+  }
+  std::weak_ptr<ParamSlot> slot;
 };
 
 struct HookedParam {
@@ -65,7 +78,15 @@ std::string qualified(const std::string& prefix, const std::string& name) {
 }
 
 void record_into(ParamSlot& slot, const at::Tensor& grad) {
-  if (!Observer::sampling_now() || !grad.defined() || !stats_supported(grad)) return;
+  if (!Observer::sampling_now() || !grad.defined()) return;
+  if (grad.is_cuda()) {  // on the device, no sync: the stats arrive at the step's end
+    if (queue_device_stats(grad, slot.device)) {
+      std::lock_guard<std::mutex> lock(slot.mu);
+      ++slot.info.updates;
+    }
+    return;
+  }
+  if (!stats_supported(grad)) return;
   at::DisableRecordFunctionGuard no_observe;
   Stats s = tensor_stats(grad);
   std::lock_guard<std::mutex> lock(slot.mu);
@@ -77,6 +98,7 @@ std::shared_ptr<ParamSlot> new_slot_locked(Registry& r, const std::string& name,
                                            const std::string& dtype, LayerId layer) {
   auto slot = std::make_shared<ParamSlot>();
   slot->info.name = name;
+  slot->device = std::make_shared<GradTarget>(slot);
   slot->info.dtype = dtype;
   slot->info.layer = layer;
   r.params.push_back(slot);

@@ -17,10 +17,11 @@
 namespace ampscope::detail {
 namespace {
 
-/// The entry behind an entry id.
+/// The entry behind an entry id: an op entry (table, key), or a queue_device_stats target.
 struct EntryOwner {
   ThreadTable* table = nullptr;  ///< tables are never destroyed (GlobalState keeps them)
   OpKey key;
+  std::shared_ptr<DeviceStatsTarget> target;
   std::atomic<std::int64_t> step{0};  ///< step of its latest CUDA stats call
 };
 
@@ -45,6 +46,7 @@ struct DeviceSide {
   std::atomic<std::uint64_t> generation{1};
   std::mutex mu;                  ///< owners, deferred, notes
   std::deque<EntryOwner> owners;  ///< index = entry id; a deque keeps addresses stable
+  std::unordered_map<const DeviceStatsTarget*, int> target_ids;
   std::vector<Deferred> deferred;
   std::string tracer_note;
   bool cuda_origin = false;
@@ -120,6 +122,10 @@ void record_cuda_origin(const OpKey& key, std::int64_t step, const Stats& stats)
 
 /// Folds one entry's read-back into its table entry; false when the entry is not there yet.
 bool apply(const EntryOwner& owner, const Deferred& r, std::uint64_t origin_seq) {
+  if (owner.target) {
+    if (r.stats.stats.count > 0) owner.target->add(r.stats.stats);
+    return true;
+  }
   const std::int64_t step = owner.step.load(std::memory_order_relaxed);
   bool origin = false;
   {
@@ -168,24 +174,26 @@ std::vector<Deferred> gather(DeviceSide& d, bool with_stats) {
 }
 
 void apply_all(DeviceSide& d, std::vector<Deferred>&& all) {
-  // The run's first non-finite value on CUDA: the earliest call (launch order) whose output held
-  // NaN/Inf, among the calls of this flush (one step).
+  std::vector<EntryOwner*> owners(all.size(), nullptr);
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const int e = all[i].entry;
+      if (e >= 0 && static_cast<std::size_t>(e) < d.owners.size()) owners[i] = &d.owners[e];
+    }
+  }
+  // The run's first non-finite value on CUDA: the earliest op call (launch order) whose output
+  // held NaN/Inf, among the calls of this flush (one step).
   std::uint64_t origin = 0;
   if (!global().have_first_nonfinite.load(std::memory_order_acquire)) {
-    for (const auto& r : all) {
-      const auto s = r.stats.first_nonfinite_seq;
-      if (s != 0 && (origin == 0 || s < origin)) origin = s;
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const auto s = all[i].stats.first_nonfinite_seq;
+      if (owners[i] && !owners[i]->target && s != 0 && (origin == 0 || s < origin)) origin = s;
     }
   }
   std::vector<Deferred> later;
-  for (auto& r : all) {
-    EntryOwner* owner = nullptr;
-    {
-      std::lock_guard<std::mutex> lock(d.mu);
-      if (r.entry >= 0 && static_cast<std::size_t>(r.entry) < d.owners.size())
-        owner = &d.owners[r.entry];
-    }
-    if (owner && !apply(*owner, r, origin)) later.push_back(std::move(r));
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    if (owners[i] && !apply(*owners[i], all[i], origin)) later.push_back(std::move(all[i]));
   }
   std::lock_guard<std::mutex> lock(d.mu);
   for (auto& r : later) d.deferred.push_back(std::move(r));
@@ -202,6 +210,7 @@ void device_start() {
   {
     std::lock_guard<std::mutex> lock(d.mu);
     d.owners.clear();
+    d.target_ids.clear();
     d.deferred.clear();
     d.cuda_origin = false;
     d.tracer_note.clear();
@@ -249,21 +258,34 @@ void device_bind(std::uint64_t external_id, ThreadTable& table, const OpKey& key
   side().tracer.bind(external_id, entry_of(table, key).id);
 }
 
-bool device_record_tensor(const at::Tensor& t, ThreadTable& table, const OpKey& key,
-                          std::int64_t step) {
+namespace {
+
+bool device_readable(const at::Tensor& t) {
   if (!t.defined() || !t.is_cuda() || t.layout() != c10::kStrided) return false;
   const auto dt = to_dtype(t.scalar_type());
-  if (!dt || *dt == DType::kFloat64) return false;
+  return dt && *dt != DType::kFloat64;
+}
+
+/// Enqueues the stats of a readable CUDA tensor into slot `id` (no sync).
+bool enqueue(const at::Tensor& t, int id) {
   auto& d = side();
   d.cuda_used.store(true, std::memory_order_relaxed);
-  const EntryRef ref = entry_of(table, key);
-  ref.owner->step.store(step, std::memory_order_relaxed);
   const at::Tensor src = t.is_neg() ? t.resolve_neg() : t;
   const TensorView view = make_view(src);
   const int device = src.device().index();
   void* stream = c10::cuda::getCurrentCUDAStream(device).stream();
   const std::uint64_t seq = d.next_id.fetch_add(1, std::memory_order_relaxed);
-  return as_own_work([&] { return d.stats.accumulate(view, device, ref.id, stream, seq); });
+  return as_own_work([&] { return d.stats.accumulate(view, device, id, stream, seq); });
+}
+
+}  // namespace
+
+bool device_record_tensor(const at::Tensor& t, ThreadTable& table, const OpKey& key,
+                          std::int64_t step) {
+  if (!device_readable(t)) return false;
+  const EntryRef ref = entry_of(table, key);
+  ref.owner->step.store(step, std::memory_order_relaxed);
+  return enqueue(t, ref.id);
 }
 
 void device_flush() {
@@ -313,3 +335,25 @@ void device_report(ObserverSnapshot& snap) {
 }
 
 }  // namespace ampscope::detail
+
+namespace ampscope {
+
+bool queue_device_stats(const at::Tensor& t, const std::shared_ptr<DeviceStatsTarget>& target) {
+  if (!target || !detail::global().running.load() || !detail::device_readable(t)) return false;
+  auto& d = detail::side();
+  int id = -1;
+  {
+    std::lock_guard<std::mutex> lock(d.mu);
+    auto it = d.target_ids.find(target.get());
+    if (it != d.target_ids.end()) {
+      id = it->second;
+    } else {
+      d.owners.emplace_back().target = target;
+      id = static_cast<int>(d.owners.size() - 1);
+      d.target_ids.emplace(target.get(), id);
+    }
+  }
+  return detail::enqueue(t, id);
+}
+
+}  // namespace ampscope

@@ -3,6 +3,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <memory>
 #include <optional>
 
 #include "ampscope/profiler/stats.h"
@@ -22,5 +23,20 @@ TensorView make_view(const at::Tensor& t);
 /// with count 0). CUDA tensors run the CUDA kernel on the current stream and wait for it (one
 /// host sync); CUDA errors (or a stream capturing a CUDA graph) fail with a c10::Error.
 Stats tensor_stats(const at::Tensor& t, int max_threads = 0);
+
+/// Receives the stats of CUDA tensors queued with queue_device_stats(), at the observer's next
+/// read-back (step end or report), from whichever thread reads back.
+class DeviceStatsTarget {
+ public:
+  virtual ~DeviceStatsTarget() = default;
+  /// The merged stats of the tensors queued for this target since the last read-back.
+  virtual void add(const Stats& stats) = 0;
+};
+
+/// Queues the stats of a CUDA float32/float16/bfloat16 tensor for `target` on the tensor's
+/// current stream, with the observer's per-step read-back (no host sync here). False (nothing
+/// queued) for other tensors, or when the observer is not running. For stats outside op
+/// entries, e.g. parameter gradients.
+bool queue_device_stats(const at::Tensor& t, const std::shared_ptr<DeviceStatsTarget>& target);
 
 }  // namespace ampscope
