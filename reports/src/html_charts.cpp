@@ -159,6 +159,36 @@ constexpr std::size_t kMaxRangeRows = 150;
 
 }  // namespace
 
+namespace {
+
+/// The span chart: one row per layer, forward bar above, gradient bar below.
+void spans_svg(const std::vector<RangeRow>& rows, std::string& out) {
+  const double label_w = 300, width = 1240, row_h = 22, top = 24;
+  const Axis a = axis_for(rows, label_w, width - 10);
+  const double height = top + row_h * static_cast<double>(rows.size()) + 10;
+  out += fmt::format(
+      "<svg class=\"chart spans\" viewBox=\"0 0 {0} {1}\" width=\"{0}\" height=\"{1}\" "
+      "role=\"img\" aria-label=\"gradient ranges per layer\">",
+      width, height);
+  fp16_bands(a, top, height - 10, out);
+  for (std::size_t i = 1; i < rows.size(); i += 2)
+    out += fmt::format("<rect class=\"stripe\" x=\"0\" y=\"{}\" width=\"{}\" height=\"{}\"/>",
+                       top + row_h * static_cast<double>(i), width, row_h);
+  axis_ticks(a, top, height - 10, out);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const double y = top + row_h * static_cast<double>(i);
+    const std::string label = text::layer_label(rows[i].layer);
+    out += fmt::format(
+        "<text class=\"label\" x=\"{}\" y=\"{}\" text-anchor=\"end\"><title>{}</title>{}</text>",
+        label_w - 8, y + 15, esc(label), esc(text::truncate_middle(label, 40)));
+    span_bar(a, rows[i].fwd, y + 3, "fwd", "forward outputs", out);
+    span_bar(a, rows[i].bwd, y + 12, "bwd", "gradients", out);
+  }
+  out += "</svg>\n";
+}
+
+}  // namespace
+
 void gradients_section(const Report& r, std::string& out) {
   out += "<section id=\"gradients\"><h2>Gradient ranges per layer</h2>\n";
   std::vector<RangeRow> rows = range_rows(r);
@@ -179,34 +209,11 @@ void gradients_section(const Report& r, std::string& out) {
         "layer's span is in the layer table.",
         rows.size(), all);
   out += "</p>\n";
-  const double label_w = 300, width = 1240, row_h = 22, top = 24;
-  const Axis a = axis_for(rows, label_w, width - 10);
-  const double height = top + row_h * static_cast<double>(rows.size()) + 10;
-  out += fmt::format(
-      "<svg class=\"chart spans\" viewBox=\"0 0 {0} {1}\" width=\"{0}\" height=\"{1}\" "
-      "role=\"img\" "
-      "aria-label=\"gradient ranges per layer\">",
-      width, height);
-  fp16_bands(a, top, height - 10, out);
-  for (std::size_t i = 1; i < rows.size(); i += 2)
-    out += fmt::format("<rect class=\"stripe\" x=\"0\" y=\"{}\" width=\"{}\" height=\"{}\"/>",
-                       top + row_h * static_cast<double>(i), width, row_h);
-  axis_ticks(a, top, height - 10, out);
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    const double y = top + row_h * static_cast<double>(i);
-    const std::string label = text::layer_label(rows[i].layer);
-    out += fmt::format(
-        "<text class=\"label\" x=\"{}\" y=\"{}\" text-anchor=\"end\"><title>{}</title>{}</text>",
-        label_w - 8, y + 15, esc(label), esc(text::truncate_middle(label, 40)));
-    span_bar(a, rows[i].fwd, y + 3, "fwd", "forward outputs", out);
-    span_bar(a, rows[i].bwd, y + 12, "bwd", "gradients", out);
-  }
+  spans_svg(rows, out);
   out +=
-      "</svg>\n<p class=\"legend\"><span class=\"sw fwd\"></span> forward outputs "
-      "<span class=\"sw bwd\"></span> gradients <span class=\"sw band-normal\"></span> float16 "
-      "normal "
-      "<span class=\"sw band-sub\"></span> float16 subnormal <span class=\"sw band-under\"></span> "
-      "0 in float16 "
+      "<p class=\"legend\"><span class=\"sw fwd\"></span> forward outputs <span class=\"sw bwd\">"
+      "</span> gradients <span class=\"sw band-normal\"></span> float16 normal <span class=\"sw "
+      "band-sub\"></span> float16 subnormal <span class=\"sw band-under\"></span> 0 in float16 "
       "<span class=\"sw band-over\"></span> inf in float16</p>\n</section>\n";
 }
 
