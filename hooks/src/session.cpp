@@ -122,7 +122,9 @@ reports::Report Session::report() const {
   ctx.stopped = stopped_.empty() && stop_requested() ? "nonfinite" : stopped_;
   ctx.started = started_;
   ctx.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-  reports::Report report = build_report(Observer::snapshot(), known_layers(), param_grads(), ctx);
+  // The snapshot first: it reads CUDA stats back, parameter gradients' included.
+  const ObserverSnapshot snap = Observer::snapshot();
+  reports::Report report = build_report(snap, known_layers(), param_grads(), ctx);
   report.recommendations = reports::recommend(report);
   return report;
 }
