@@ -297,6 +297,43 @@ def test_demo_report_in_a_browser(browser, demo):
     assert severe(browser) == []
 
 
+def test_embedded_data_matches_the_json_it_came_from(browser, demo):
+    """The page's data block, as the browser parses it, against report.json: same layers in the
+    same order, same ops with the same dtypes and counts, same histogram bins."""
+    rep, html = demo
+    load(browser, html)
+    data = browser.execute_script(
+        "return JSON.parse(document.getElementById('ampscope-data').textContent)")
+    strs = data["strs"]
+    assert [l["name"] for l in data["layers"]] == [l["name"] for l in rep["layers"]]
+
+    def bins(st):
+        return {str(st[9] + k): n for k, n in enumerate(st[10]) if n}
+
+    def counts(st, key):  # 0 stands for [0, 0, 0, 0]
+        return dict(zip(data_formats, st[key] if st[key] else [0] * 4))
+
+    data_formats = [f["name"] for f in data["formats"]]
+    for jl, dl in zip(rep["layers"], data["layers"]):
+        assert dl["type"] == jl["type"]
+        assert len(dl["ops"]) == len(jl["ops"]) and len(dl["params"]) == len(jl["params"])
+        for jo, do in zip(jl["ops"], dl["ops"]):
+            assert [strs[do[0]], strs[do[1]], do[2], strs[do[3]], strs[do[4]], strs[do[5]], strs[do[6]],
+                    do[7], do[10]] == [jo["op"], jo["phase"], jo["calls"], jo["input_dtype"],
+                                       jo["compute_dtype"], jo["output_dtype"], jo["autocast"],
+                                       jo["casts"], jo["nonfinite_from_finite"]]
+            st, js = do[11], jo["stats"]
+            assert st[:5] == [js["count"], js["nan"], js["posinf"], js["neginf"], js["zeros"]]
+            assert bins(st) == js["exp_hist"]
+            assert counts(st, 6) == js["overflow"] and counts(st, 7) == js["underflow"]
+            assert counts(st, 8) == js["subnormal"]
+        for jp, dp in zip(jl["params"], dl["params"]):
+            assert dp[0] == jp["name"] and strs[dp[1]] == jp["dtype"]
+            assert dp[3][:5] == [jp["grad"][k] for k in ("count", "nan", "posinf", "neginf", "zeros")]
+            assert bins(dp[3]) == jp["grad"]["exp_hist"]
+    assert browser.find_element("id", "layer-count").text.endswith(f"of {len(rep['layers'])} layers")
+
+
 def test_clean_report(browser, pages):
     rep, html = pages["clean"]
     load(browser, html)
