@@ -78,6 +78,7 @@ Consolas,monospace;font-size:.92em;cursor:pointer;text-align:left}
 .lname:hover{text-decoration:underline}
 .ty{color:var(--muted)}
 .nf{color:var(--red);font-weight:700}
+td.zero{color:#aab1b9}
 .chip{display:inline-block;font-size:.78em;padding:0 .45em;border-radius:8px;margin-right:.2em;background:#eaeef2;
 white-space:nowrap}
 .chip.pin_fp32{background:#ffcecb;color:#82071e}.chip.loss_scaling{background:#fff1e5;color:var(--orange)}
@@ -271,7 +272,11 @@ const char* html_js() {
   };
 
   // ---- rows ------------------------------------------------------------------------------
-  function cell(tr, text, cls) { var td = el('td', cls, text); tr.appendChild(td); return td; }
+  function cell(tr, text, cls) {
+    var td = el('td', (cls || '') + (text === 0 || text === '0' ? ' zero' : ''), text);  // zeros recede
+    tr.appendChild(td);
+    return td;
+  }
   function nameCell(tr, a, flat) {
     var td = el('td', 'name');
     if (!flat) td.style.paddingLeft = (0.4 + a.depth * 1.1) + 'em';
