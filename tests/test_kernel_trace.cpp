@@ -8,6 +8,7 @@
 #include <ampscope/profiler/cuda_stats.h>
 #include <ampscope/profiler/kernel_trace.h>
 #include <ampscope/reports/report_json.h>
+#include <ampscope/reports/summary.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -393,6 +394,10 @@ TEST_F(ObserverTrace, EveryRecordedCallGetsItsKernels) {
   EXPECT_EQ(fc1->ops[0].kernels.launches, fc1->ops[0].calls);
   EXPECT_EQ(fc1->ops[0].kernels.top.at(0).name, "sm80_xmma_gemm_f16f16_hmma_kernel");
   EXPECT_EQ(back.run.host_syncs, 0);
+  // The terminal summary lists them per layer.
+  const std::string text = ampscope::reports::render_summary(report);
+  EXPECT_NE(text.find("GPU kernels per layer"), std::string::npos) << text;
+  EXPECT_NE(text.find("sm80_xmma_gemm_f16f16_hmma_kernel"), std::string::npos) << text;
 }
 
 TEST_F(ObserverTrace, RefusedSourceLeavesANoteAndNoKernels) {

@@ -218,6 +218,38 @@ void gradient_ranges(const Report& report, const SummaryOptions& opt, std::strin
   out += t.render("  ");
   if (more > 0) out += fmt::format("  ... {} more param{}\n", more, more == 1 ? "" : "s");
 }
+/// CUPTI kernels per layer and op (only when kernels were traced): launches, GPU time, whether
+/// the matrix kernels used tensor cores, and the kernel that took the most time.
+void gpu_kernels(const Report& report, const SummaryOptions& opt, std::string& out) {
+  Table t({"LAYER", "OP", "PHASE", "LAUNCHES", "GPU MS", "TENSOR CORES", "TOP KERNEL"});
+  std::size_t shown = 0, more = 0;
+  for (const Layer& l : report.layers) {
+    bool first = true;
+    for (const OpRecord& op : l.ops) {
+      const KernelSummary& k = op.kernels;
+      if (k.launches == 0) continue;
+      if (first && shown >= opt.max_layers) {
+        ++more;
+        break;
+      }
+      if (first) ++shown;
+      const std::string tc = k.matrix_launches == 0 ? "-"
+                             : k.tensor_core_launches == k.matrix_launches
+                                 ? "yes"
+                                 : fmt::format("{}/{} matrix", k.tensor_core_launches, k.matrix_launches);
+      t.row({first ? truncate_middle(text::layer_label(l.name), kNameWidth) : "",
+             truncate_middle(op.op, 32), op.phase, std::to_string(k.launches),
+             fmt::format("{:.3f}", static_cast<double>(k.time_ns) * 1e-6), tc,
+             k.top.empty() ? "" : truncate_middle(k.top.front().name, 48)});
+      first = false;
+    }
+  }
+  if (t.empty()) return;
+  out += "\nGPU kernels per layer (CUPTI)\n";
+  out += t.render("  ");
+  if (more > 0) out += fmt::format("  ... {} more layer{}\n", more, more == 1 ? "" : "s");
+}
+
 
 }  // namespace
 
@@ -237,6 +269,7 @@ std::string render_summary(const Report& report, const SummaryOptions& options) 
   what_if_table(report, options, what);
   out += what;
   out += "\n";
+  gpu_kernels(report, options, out);
   gradient_ranges(report, options, out);
   return out;
 }
