@@ -291,31 +291,82 @@ AMP_AVX2 int sweep_binades(const KeyBlock& kb, u32* hb, i64& zeros, i64& left) {
   return left > 0 ? lo : emin;
 }
 
+/// The binades below the swept ones (emin <= e < lo), value by value: histogram and thresholds.
+template <typename Src>
+AMP_AVX2 void scan_below(const KeyBlock& kb, const Src& src, int lo, i64 left, u32* hb, i64* ex) {
+  for (int e = kb.emin; e < lo; ++e) hb[e] = 0;
+  // emin <= key + koff < lo (a zero's key 0 is below emin - koff >= 1: wraps past lim)
+  const __m256i base = _mm256_set1_epi8(static_cast<char>(kb.emin - kb.koff));
+  const __m256i lim = _mm256_set1_epi8(static_cast<char>(lo - 1 - kb.emin));
+  scan_keys(
+      kb.key, kb.koff, src, left,
+      [&](__m256i k) AMP_AVX2_TARGET {
+        const __m256i r = _mm256_sub_epi8(k, base);
+        return _mm256_cmpeq_epi8(_mm256_min_epu8(r, lim), r);
+      },
+      hb, ex);
+}
+
+/// Exact threshold compares for the values of up to four sparse binades (keys `sk`), `count` of
+/// them, found by mask.
+template <typename Src>
+AMP_AVX2 void scan_sparse(const KeyBlock& kb, const Src& src, const u8* sk, int nsk, i64 count,
+                          i64* ex) {
+  const __m256i t0 = _mm256_set1_epi8(static_cast<char>(sk[0]));
+  const __m256i t1 = _mm256_set1_epi8(static_cast<char>(sk[nsk > 1 ? 1 : 0]));
+  const __m256i t2 = _mm256_set1_epi8(static_cast<char>(sk[nsk > 2 ? 2 : 0]));
+  const __m256i t3 = _mm256_set1_epi8(static_cast<char>(sk[nsk > 3 ? 3 : 0]));
+  auto eq2 = [&](__m256i k) AMP_AVX2_TARGET {
+    return _mm256_or_si256(_mm256_cmpeq_epi8(k, t0), _mm256_cmpeq_epi8(k, t1));
+  };
+  if (nsk <= 2) {
+    scan_keys(kb.key, kb.koff, src, count, eq2, nullptr, ex);
+    return;
+  }
+  scan_keys(
+      kb.key, kb.koff, src, count,
+      [&](__m256i k) AMP_AVX2_TARGET {
+        return _mm256_or_si256(eq2(k),
+                               _mm256_or_si256(_mm256_cmpeq_epi8(k, t2), _mm256_cmpeq_epi8(k, t3)));
+      },
+      nullptr, ex);
+}
+
+/// Compare passes over the block for thresholds ks[0..n): adds to ex[k] the count of values
+/// inside threshold k's binade that lie below it (`below(E)`: the count under binade E).
+template <typename Src, typename Below>
+AMP_AVX2 void count_dense(const Src& src, const int* ks, int n, Below below, i64* ex) {
+  for (int j = 0; j < n; j += 4) {
+    i64 c[4];
+    const int m = std::min(4, n - j);
+    if (m == 1)
+      src.template count_lt<1>(ks + j, c);
+    else if (m == 2)
+      src.template count_lt<2>(ks + j, c);
+    else if (m == 3)
+      src.template count_lt<3>(ks + j, c);
+    else
+      src.template count_lt<4>(ks + j, c);
+    for (int q = 0; q < m;
+         ++q) {  // the pass counted every |x| < T: keep the part inside T's binade
+      const int k = ks[j + q];
+      ex[k] += c[q] - below(static_cast<int>(kTh[k] >> 23));
+    }
+  }
+}
+
 /// The histogram and threshold counts of a full block whose keys are in `kb`. `src` gives
-/// element access: abs32(i) (|float32 bits| of element i) and count_lt<K>(T, out) (counts of
-/// |x| < kTh[T[q]] over the block).
+/// element access: abs32(i) (|float32 bits| of element i), elem(p) (the element of key position
+/// p in a group of 32) and count_lt<K>(ks, out) (counts of |x| < kTh[ks[q]] over the block).
 template <typename Src>
 AMP_AVX2 void count_block(const KeyBlock& kb, const Src& src, Acc32& A) {
   const int emin = kb.emin, emax = kb.emax;
   u32 hb[256];
   i64 zeros = 0, left = 0;
   const int lo = sweep_binades(kb, hb, zeros, left);
-  i64 ex[kNumTh + 1] = {};
-  if (left > 0) {  // the binades below the swept ones, value by value
-    for (int e = emin; e < lo; ++e) hb[e] = 0;
-    // emin <= key + koff < lo (a zero's key 0 is below emin - koff >= 1: wraps past lim)
-    const __m256i base = _mm256_set1_epi8(static_cast<char>(emin - kb.koff));
-    const __m256i lim = _mm256_set1_epi8(static_cast<char>(lo - 1 - emin));
-    scan_keys(
-        kb.key, kb.koff, src, left,
-        [&](__m256i k) AMP_AVX2_TARGET {
-          const __m256i r = _mm256_sub_epi8(k, base);
-          return _mm256_cmpeq_epi8(_mm256_min_epu8(r, lim), r);
-        },
-        hb, ex);
-  }
-  // below[e]: zeros plus the values in binades under e, for e in [emin, emax + 1].
-  i64 below[257];
+  i64 ex[kNumTh + 1] = {};  // per threshold: values inside its binade below it
+  if (left > 0) scan_below(kb, src, lo, left, hb, ex);
+  i64 below[257];  // zeros plus the values in binades under e, for e in [emin, emax + 1]
   below[emin] = zeros;
   for (int e = emin; e <= emax; ++e) {
     A.hist[e - 127 + kOff32] += hb[e];
@@ -323,13 +374,11 @@ AMP_AVX2 void count_block(const KeyBlock& kb, const Src& src, Acc32& A) {
   }
   auto below_binade = [&](int E) { return below[std::clamp(E, emin, emax + 1)]; };
   A.zeros += zeros;
-  // Exact compares in the populated swept binades that hold a threshold: the sparse ones in one
-  // scan by mask, the dense ones by a compare pass.
+  // Populated swept binades that hold a threshold: sparse ones scanned by mask, dense ones by a
+  // compare pass.
   u8 sparse[4];
-  int nsparse = 0;
+  int nsparse = 0, nneed = 0, need_k[kNumTh];
   i64 nscan = 0;
-  int need_k[kNumTh];
-  int nneed = 0;
   for (int E = std::max(lo, 1); E <= emax; ++E) {
     const auto& bt = kBinadeTh.k[E];
     if (bt[0] == kNumTh || hb[E] == 0) continue;
@@ -341,52 +390,8 @@ AMP_AVX2 void count_block(const KeyBlock& kb, const Src& src, Acc32& A) {
         if (bt[q] != kNumTh) need_k[nneed++] = bt[q];
     }
   }
-  if (nsparse > 0) {
-    for (int q = nsparse; q < 4; ++q) sparse[q] = sparse[0];
-    const __m256i t0 = _mm256_set1_epi8(static_cast<char>(sparse[0]));
-    const __m256i t1 = _mm256_set1_epi8(static_cast<char>(sparse[1]));
-    const __m256i t2 = _mm256_set1_epi8(static_cast<char>(sparse[2]));
-    const __m256i t3 = _mm256_set1_epi8(static_cast<char>(sparse[3]));
-    if (nsparse <= 2)
-      scan_keys(
-          kb.key, kb.koff, src, nscan,
-          [&](__m256i k) AMP_AVX2_TARGET {
-            return _mm256_or_si256(_mm256_cmpeq_epi8(k, t0), _mm256_cmpeq_epi8(k, t1));
-          },
-          nullptr, ex);
-    else
-      scan_keys(
-          kb.key, kb.koff, src, nscan,
-          [&](__m256i k) AMP_AVX2_TARGET {
-            return _mm256_or_si256(
-                _mm256_or_si256(_mm256_cmpeq_epi8(k, t0), _mm256_cmpeq_epi8(k, t1)),
-                _mm256_or_si256(_mm256_cmpeq_epi8(k, t2), _mm256_cmpeq_epi8(k, t3)));
-          },
-          nullptr, ex);
-  }
-  for (int j = 0; j < nneed; j += 4) {
-    i64 c[4];
-    const int m = std::min(4, nneed - j);
-    switch (m) {
-      case 1:
-        src.template count_lt<1>(need_k + j, c);
-        break;
-      case 2:
-        src.template count_lt<2>(need_k + j, c);
-        break;
-      case 3:
-        src.template count_lt<3>(need_k + j, c);
-        break;
-      default:
-        src.template count_lt<4>(need_k + j, c);
-        break;
-    }
-    // The pass counted every |x| < T; keep only the part inside T's binade.
-    for (int q = 0; q < m; ++q) {
-      const int k = need_k[j + q];
-      ex[k] += c[q] - below_binade(static_cast<int>(kTh[k] >> 23));
-    }
-  }
+  if (nsparse > 0) scan_sparse(kb, src, sparse, nsparse, nscan, ex);
+  count_dense(src, need_k, nneed, below_binade, ex);
   kb.pf->drain();
   // Thresholds: the cumulative counts below each threshold's binade, plus the exact part inside.
   for (int k = 0; k < kNumTh; ++k) A.lt[k] += below_binade(static_cast<int>(kTh[k] >> 23)) + ex[k];
@@ -436,18 +441,22 @@ struct Src32 {
   }
 };
 
-/// A full block of float32 bits.
-AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restrict x, Acc32& A,
-                                                            Prefetch pf) {
-  static_assert(kBlock % 128 == 0 && kBlock <= 255 * 32, "groups and byte counters");
-  const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF);
-  const __m256i ones = _mm256_set1_epi32(-1);
+/// What the first pass over a block found: |bits| range in float32 terms, the float-group
+/// moments and the sum of the keys.
+struct Pass1 {
+  u32 amax, amin1;  // largest |bits|; smallest nonzero |bits| minus one (~0u: all zeros)
+  double sum, sum_sq;
+  i64 key_sum;
+};
+
+/// One pass over a float32 block: max and min of |bits|, float moments per group of 128, and the
+/// exponent bytes into `key` (see Src32).
+AMP_AVX2 Pass1 pass32(const u32* __restrict x, u8* __restrict key) {
+  const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), ones = _mm256_set1_epi32(-1);
   const __m256i z = _mm256_setzero_si256();
   __m256i mx = z, mn = ones, ksum = z;
   Moments M;
   M.zero();
-  alignas(32) u8 key[kBlock];
-  // One pass: max and min of |bits|, float moments per group of 128, exponent bytes (see Src32).
   for (int g = 0; g < kBlock; g += 128) {
     __m256 s = _mm256_setzero_ps(), q = s;
 #pragma GCC unroll 1  // unrolled, the loop spills registers
@@ -473,23 +482,32 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
     }
     M.add_group(s, q);
   }
-  const u32 amax = hmax_epu32(mx), amin1 = hmin_epu32(mn);
+  return Pass1{hmax_epu32(mx), hmin_epu32(mn), M.sum(), M.sum_sq(),
+               static_cast<i64>(hsum_epi64(ksum))};
+}
+
+/// A full block of float32 bits.
+AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restrict x, Acc32& A,
+                                                            Prefetch pf) {
+  static_assert(kBlock % 128 == 0 && kBlock <= 255 * 32, "groups and byte counters");
+  alignas(32) u8 key[kBlock];
+  Pass1 r = pass32(x, key);
   // Non-finite values or float32 subnormals: the general block (rare in real tensors).
-  if (amax >= kInf32 || amin1 < 0x007FFFFFu) {
+  if (r.amax >= kInf32 || r.amin1 < 0x007FFFFFu) {
     pf.drain();
     block32_general(x, kBlock, A);
     return;
   }
-  double sum = M.sum(), sum_sq = M.sum_sq();
-  if (!float_moments_safe(amax))
+  if (!float_moments_safe(r.amax))
     moments_double(
         kBlock,
         [&](int i)
             AMP_AVX2_TARGET { return _mm256_loadu_ps(reinterpret_cast<const float*>(x + i)); },
-        sum, sum_sq);
-  if (!add_ranges(amax, amin1, sum, sum_sq, A)) return pf.drain();
-  const KeyBlock kb{key, static_cast<int>((amin1 + 1u) >> 23), static_cast<int>(amax >> 23),
-                    0,   static_cast<i64>(hsum_epi64(ksum)),   &pf};
+        r.sum, r.sum_sq);
+  if (!add_ranges(r.amax, r.amin1, r.sum, r.sum_sq, A)) return pf.drain();
+  const KeyBlock kb{
+      key, static_cast<int>((r.amin1 + 1u) >> 23), static_cast<int>(r.amax >> 23), 0, r.key_sum,
+      &pf};
   count_block(kb, Src32{x}, A);
 }
 
@@ -542,24 +560,17 @@ AMP_AVX2 void convert16(const u16* __restrict src, u32* __restrict dst) {
     _mm256_store_ps(reinterpret_cast<float*>(dst + i), load8_as_f32<kBF16>(src + i));
 }
 
-/// A full block of float16 (kBF16 false) or bfloat16 bits, read in place. Blocks with subnormals
-/// or NaN/inf are converted to float32 and counted as such.
+/// One pass over a float16 (kBF16 false) or bfloat16 block: as pass32, with |bits| in the
+/// source's own terms (amax16, amin1_16) and the exponent fields into `key` (see Src16).
 template <bool kBF16>
-AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restrict x, Acc32& A,
-                                                            Prefetch pf) {
+AMP_AVX2 Pass1 pass16(const u16* __restrict x, u8* __restrict key, u32& amax16, u32& amin1_16) {
   constexpr int kShift = kBF16 ? 7 : 10;  // exponent field
-  constexpr u32 kInf16 = kBF16 ? kInfBF16 : kInfF16;
-  constexpr u32 kMinNormal16 = kBF16 ? 0x0080u : 0x0400u;
-  // Key: the exponent field. bfloat16's is float32's; float16's is float32's minus 112.
-  constexpr int kKeyOff = kBF16 ? 0 : 112;
-  const __m256i absm = _mm256_set1_epi16(0x7FFF);
-  const __m256i ones = _mm256_set1_epi16(-1);
+  const __m256i absm = _mm256_set1_epi16(0x7FFF), ones = _mm256_set1_epi16(-1);
   const __m256i hi16 = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   const __m256i z = _mm256_setzero_si256();
   __m256i mx = z, mn = ones, ksum = z;
   Moments M;
   M.zero();
-  alignas(32) u8 key[kBlock];
   for (int g = 0; g < kBlock; g += 128) {
     __m256 s = _mm256_setzero_ps(), q = s;
 #pragma GCC unroll 1  // unrolled, the loop spills registers
@@ -588,25 +599,40 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restric
     }
     M.add_group(s, q);
   }
-  const u32 amax16 = hmax_epu16(mx), amin1_16 = hmin_epu16(mn);
+  amax16 = hmax_epu16(mx);
+  amin1_16 = hmin_epu16(mn);
+  auto to32 = [](u32 h) { return kBF16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h); };
+  return Pass1{to32(amax16), amin1_16 == 0xFFFFu ? ~0u : to32(amin1_16 + 1) - 1u, M.sum(),
+               M.sum_sq(), static_cast<i64>(hsum_epi64(ksum))};
+}
+
+/// A full block of float16 (kBF16 false) or bfloat16 bits, read in place. Blocks with subnormals
+/// or NaN/inf are converted to float32 and counted as such.
+template <bool kBF16>
+AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restrict x, Acc32& A,
+                                                            Prefetch pf) {
+  constexpr u32 kInf16 = kBF16 ? kInfBF16 : kInfF16;
+  constexpr u32 kMinNormal16 = kBF16 ? 0x0080u : 0x0400u;
+  constexpr int kKeyOff = kBF16 ? 0 : 112;  // key + kKeyOff: the float32 exponent byte
+  alignas(32) u8 key[kBlock];
+  u32 amax16 = 0, amin1_16 = 0;
+  Pass1 r = pass16<kBF16>(x, key, amax16, amin1_16);
   if (amax16 >= kInf16 || amin1_16 < kMinNormal16 - 1) {  // NaN/inf or subnormals: as float32
     alignas(64) u32 buf[kBlock];
     convert16<kBF16>(x, buf);
     block32_avx2(buf, A, pf);
     return;
   }
-  const u32 amax = kBF16 ? bf16_bits_to_f32(amax16) : f16_bits_to_f32(amax16);
-  const u32 amin1 =
-      amin1_16 == 0xFFFFu
-          ? ~0u
-          : (kBF16 ? bf16_bits_to_f32(amin1_16 + 1) : f16_bits_to_f32(amin1_16 + 1)) - 1u;
-  double sum = M.sum(), sum_sq = M.sum_sq();
-  if (kBF16 && !float_moments_safe(amax))
+  if (kBF16 && !float_moments_safe(r.amax))
     moments_double(
-        kBlock, [&](int i) AMP_AVX2_TARGET { return load8_as_f32<kBF16>(x + i); }, sum, sum_sq);
-  if (!add_ranges(amax, amin1, sum, sum_sq, A)) return pf.drain();
-  const KeyBlock kb{key,     static_cast<int>((amin1 + 1u) >> 23), static_cast<int>(amax >> 23),
-                    kKeyOff, static_cast<i64>(hsum_epi64(ksum)),   &pf};
+        kBlock, [&](int i) AMP_AVX2_TARGET { return load8_as_f32<kBF16>(x + i); }, r.sum, r.sum_sq);
+  if (!add_ranges(r.amax, r.amin1, r.sum, r.sum_sq, A)) return pf.drain();
+  const KeyBlock kb{key,
+                    static_cast<int>((r.amin1 + 1u) >> 23),
+                    static_cast<int>(r.amax >> 23),
+                    kKeyOff,
+                    r.key_sum,
+                    &pf};
   count_block(kb, Src16<kBF16>{x}, A);
 }
 
