@@ -151,6 +151,54 @@ TEST(SlotDecomposition, ThresholdBinadesAreFloorLog2) {
   }
 }
 
+/// The values the kernel would read for `v`: every launch of the plan, indexed exactly as the
+/// kernel indexes (element_offset), gathered on the host.
+std::vector<float> gathered(const ampscope::TensorView& v) {
+  std::vector<float> out;
+  for (const auto& l : detail::plan_launches(v, 1)) {
+    EXPECT_LE(l.ndim, detail::kMaxKernelDims);
+    for (std::int64_t i = 0; i < l.numel; ++i)
+      out.push_back(static_cast<const float*>(l.data)[detail::element_offset(l, i)]);
+  }
+  return out;
+}
+
+TEST(LaunchPlan, ReadsEveryElementOnceInAnyLayout) {
+  // Oracle: the CPU kernel on the view itself (its own strided gather) and torch's numel.
+  auto base = torch::randn({3, 2, 3, 2, 3, 2, 3, 2, 3, 4}).mul(1e3);
+  std::vector<std::pair<std::string, at::Tensor>> views = {
+      {"contiguous", base},
+      {"ten_dims_permuted", base.permute({9, 0, 8, 1, 7, 2, 6, 3, 5, 4})},
+      {"transposed", torch::randn({217, 255}).t()},
+      {"sliced_step", torch::randn({300, 401}).slice(1, 1, 400, 3)},
+      {"expanded", torch::randn({1, 77}).expand({33, 77})},
+      {"size_one_dims", torch::randn({1, 5, 1, 7, 1}).transpose(1, 3)},
+      {"zero_dim", torch::randn({})},
+      {"empty", torch::randn({0, 4})},
+  };
+  for (const auto& [name, t] : views) {
+    const auto v = ampscope::make_view(t);
+    const auto values = gathered(v);
+    ASSERT_EQ(static_cast<std::int64_t>(values.size()), t.numel()) << name;
+    ampscope::TensorView flat;
+    flat.data = values.data();
+    flat.sizes = {static_cast<std::int64_t>(values.size())};
+    flat.strides = {1};
+    expect_same(ampscope::compute_stats(flat, 1), ampscope::compute_stats(v, 1), name);
+  }
+  // Negative strides (TensorView allows them; torch views do not make them).
+  std::vector<float> data(60);
+  for (std::size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i) - 20.5f;
+  ampscope::TensorView rev;
+  rev.data = data.data() + 59;
+  rev.sizes = {6, 10};
+  rev.strides = {-10, -1};
+  const auto values = gathered(rev);
+  ASSERT_EQ(values.size(), 60u);
+  EXPECT_EQ(values.front(), data[59]);
+  EXPECT_EQ(values.back(), data[0]);
+}
+
 TEST(CudaStats, UnavailableIsReportedNotThrown) {
   if (have_cuda()) GTEST_SKIP() << "a CUDA device is present";
   EXPECT_FALSE(ampscope::cuda_stats_available());

@@ -98,6 +98,44 @@ void collapse(const TensorView& v, std::vector<i64>& sizes, std::vector<i64>& st
   }
 }
 
+}  // namespace
+
+std::vector<StatsLaunch> plan_launches(const TensorView& v, std::uint64_t seq) {
+  std::vector<StatsLaunch> out;
+  if (v.numel() <= 0 || v.data == nullptr) return out;
+  std::vector<i64> sizes, strides;
+  collapse(v, sizes, strides);
+  const auto esize = static_cast<i64>(elem_size(v.dtype));
+  std::vector<std::pair<const char*, std::size_t>> todo{{static_cast<const char*>(v.data), 0}};
+  while (!todo.empty()) {
+    auto [base, first] = todo.back();
+    todo.pop_back();
+    const std::size_t ndim = sizes.size() - first;
+    if (ndim > static_cast<std::size_t>(kMaxKernelDims)) {
+      // Reverse order keeps the launches in row-major order of their elements.
+      for (i64 i = sizes[first]; i-- > 0;)
+        todo.emplace_back(base + i * strides[first] * esize, first + 1);
+      continue;
+    }
+    StatsLaunch l;
+    l.data = base;
+    l.dtype = v.dtype;
+    l.seq = seq;
+    l.ndim = static_cast<int>(ndim);
+    l.numel = 1;
+    for (std::size_t k = 0; k < ndim; ++k) {
+      l.sizes[k] = sizes[first + k];
+      l.strides[k] = strides[first + k];
+      l.numel *= l.sizes[k];
+    }
+    l.contiguous = ndim == 0 || (ndim == 1 && l.strides[0] == 1);
+    out.push_back(l);
+  }
+  return out;
+}
+
+namespace {
+
 /// Sets the calling thread's current device for one scope (restores the previous one).
 class DeviceScope {
  public:
@@ -189,34 +227,9 @@ bool DeviceStatsBuffer::Impl::ensure_slot(detail::DeviceState& d, int slot) {
 
 bool DeviceStatsBuffer::Impl::launch(const TensorView& v, detail::DeviceState& d, int slot,
                                      void* stream, std::uint64_t seq) {
-  std::vector<detail::i64> sizes, strides;
-  detail::collapse(v, sizes, strides);
   detail::DeviceSlot* target =
       d.chunks[static_cast<std::size_t>(slot / detail::kChunkSlots)] + slot % detail::kChunkSlots;
-  // Views with more dimensions than the kernel indexes: one launch per leading index.
-  const auto esize = static_cast<detail::i64>(detail::elem_size(v.dtype));
-  std::vector<std::pair<const char*, std::size_t>> todo{{static_cast<const char*>(v.data), 0}};
-  while (!todo.empty()) {
-    auto [base, first] = todo.back();
-    todo.pop_back();
-    const std::size_t ndim = sizes.size() - first;
-    if (ndim > static_cast<std::size_t>(detail::kMaxKernelDims)) {
-      for (detail::i64 i = 0; i < sizes[first]; ++i)
-        todo.emplace_back(base + i * strides[first] * esize, first + 1);
-      continue;
-    }
-    detail::StatsLaunch l;
-    l.data = base;
-    l.dtype = v.dtype;
-    l.seq = seq;
-    l.ndim = static_cast<int>(ndim);
-    l.numel = 1;
-    for (std::size_t k = 0; k < ndim; ++k) {
-      l.sizes[k] = sizes[first + k];
-      l.strides[k] = strides[first + k];
-      l.numel *= l.sizes[k];
-    }
-    l.contiguous = ndim == 0 || (ndim == 1 && l.strides[0] == 1);
+  for (const detail::StatsLaunch& l : detail::plan_launches(v, seq)) {
     std::string err;
     if (!AMPSCOPE_CHECK_CUDA(detail::launch_stats_kernel(l, target, d.sm_count, stream), err))
       return fail(err);

@@ -202,16 +202,8 @@ __global__ void __launch_bounds__(kThreads)
   ThreadAcc a;
   const i64 tid = static_cast<i64>(blockIdx.x) * blockDim.x + threadIdx.x;
   const i64 stride = static_cast<i64>(gridDim.x) * blockDim.x;
-  for (i64 i = tid; i < l.numel; i += stride) {
-    i64 rem = i, off = 0;
-    for (int d = l.ndim - 1; d > 0; --d) {
-      const i64 s = l.sizes[d];
-      off += (rem % s) * l.strides[d];
-      rem /= s;
-    }
-    off += rem * l.strides[0];
-    visit(Conv::of(__ldg(data + off)), a, sh);
-  }
+  for (i64 i = tid; i < l.numel; i += stride)
+    visit(Conv::of(__ldg(data + element_offset(l, i))), a, sh);
   __syncthreads();
   flush_block(a, sh, slot, l.seq);
 }

@@ -5,6 +5,7 @@
 #include <ampscope/profiler/stats.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "stats_thresholds.h"
 
@@ -39,6 +40,30 @@ struct StatsLaunch {
   std::int64_t strides[kMaxKernelDims] = {};
   std::uint64_t seq = 0;
 };
+
+#if defined(__CUDACC__)
+#define AMPSCOPE_HOST_DEVICE __host__ __device__
+#else
+#define AMPSCOPE_HOST_DEVICE
+#endif
+
+/// Offset, in elements from `l.data`, of the launch's element with row-major index `i` (the
+/// strided kernel's indexing; the host tests run the same function).
+AMPSCOPE_HOST_DEVICE inline std::int64_t element_offset(const StatsLaunch& l, std::int64_t i) {
+  if (l.contiguous) return i;
+  std::int64_t rem = i, off = 0;
+  for (int d = l.ndim - 1; d > 0; --d) {
+    const std::int64_t s = l.sizes[d];
+    off += (rem % s) * l.strides[d];
+    rem /= s;
+  }
+  return off + rem * l.strides[0];
+}
+
+/// The launches covering every element of `v` once: size-1 dimensions dropped, neighbours that
+/// are contiguous with each other merged, views with more than kMaxKernelDims dimensions left
+/// split over their leading indices. Empty for an empty view.
+std::vector<StatsLaunch> plan_launches(const TensorView& v, std::uint64_t seq);
 
 /// Enqueues the stats of `l` into `slot` on `stream` (no sync). `sm_count` sizes the grid.
 /// Returns a cudaError_t value (0: success).
