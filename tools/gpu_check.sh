@@ -68,7 +68,8 @@ ctest_counts() {
 }
 run_ctest() {  # NAME LOGFILE ctest-args...
   local name=$1 out=$LOG/$2; shift 2
-  timeout "$(left)" ctest --test-dir "$BUILD" --output-on-failure --timeout 180 "$@" >"$out" 2>&1
+  timeout "$(left)" ctest --test-dir "$BUILD" -j "$JOBS" --output-on-failure --timeout 180 "$@" \
+    >"$out" 2>&1
   local rc=$? counts
   counts=$(ctest_counts "$out")
   if [ $rc -ne 0 ]; then fail "$name" "$counts (see $out)"; else row "$name" "$counts"; fi
