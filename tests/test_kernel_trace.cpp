@@ -13,6 +13,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 #include <random>
@@ -321,6 +322,15 @@ TEST(CuptiSource, OffWithANoteWithoutAGpu) {
   EXPECT_NO_THROW(src->stop());
   EXPECT_FALSE(delivered);
   EXPECT_FALSE(ampscope::cuda_unavailable_reason().empty());
+}
+
+TEST(CuptiSource, EnvironmentSwitchTurnsItOff) {
+  // Checked before anything else, so this holds on a GPU machine too.
+  setenv("AMPSCOPE_CUPTI", "0", 1);
+  auto src = ampscope::make_cupti_source();
+  EXPECT_FALSE(src->start([](ActivityBatch&&) {}));
+  EXPECT_NE(src->note().find("AMPSCOPE_CUPTI=0"), std::string::npos) << src->note();
+  unsetenv("AMPSCOPE_CUPTI");
 }
 
 // ---------------------------------------------------------------- the observer, end to end
