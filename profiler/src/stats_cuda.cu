@@ -6,7 +6,9 @@
 //   - NaN/+inf/-inf/zero counts, max and min of the finite |bits|, in registers;
 //   - sum and sum of squares of the finite values in double, in registers;
 //   - the exponent histogram (floor(log2|x|), float32 subnormals exact) in a per-block shared
-//     histogram;
+//     histogram with one copy per lane (bin * 32 + lane): a warp's increments never collide on
+//     an address or a bank, however clustered the exponents (real tensors put most values in
+//     a few binades, which would serialise a single shared histogram up to 32-fold);
 //   - the twelve format thresholds: "|x| < T" = zeros + values of lower binades + values of T's
 //     own binade below T. The first two follow from the histogram on the host, so per value only
 //     those in one of the (at most two) threshold binades are compared, through a per-bin table.
@@ -51,10 +53,12 @@ struct ThreadAcc {
   double sum = 0.0, sq = 0.0;
 };
 
+constexpr int kLanes = 32;
+
 struct BlockShared {
-  u32 hist[kExpBins32];
-  u16 table[kExpBins32];  ///< per bin: threshold indices (low byte, high byte; 0xFF none)
-  u32 below[kNumThresholds];
+  u32 hist[kExpBins32 * kLanes];  ///< index bin * 32 + lane
+  u16 table[kExpBins32];          ///< per bin: threshold indices (low byte, high byte; 0xFF none)
+  u32 below[kNumThresholds * kLanes];  ///< index k * 32 + lane
   u32 red_u[kWarps][6];
   double red_d[kWarps][2];
 };
@@ -77,12 +81,13 @@ __device__ inline void visit(u32 x, ThreadAcc& a, BlockShared& sh) {
   a.sum += d;
   a.sq = fma(d, d, a.sq);
   const int bin = bin_of(m);
-  atomicAdd(&sh.hist[bin], 1u);
+  const u32 lane = threadIdx.x & (kLanes - 1);
+  atomicAdd(&sh.hist[bin * kLanes + lane], 1u);
   const u16 t = sh.table[bin];
   if (t != kNoThreshold) {
     const u32 k0 = t & 0xFFu, k1 = t >> 8;
-    if (m < kThDev[k0]) atomicAdd(&sh.below[k0], 1u);
-    if (k1 != 0xFFu && m < kThDev[k1]) atomicAdd(&sh.below[k1], 1u);
+    if (m < kThDev[k0]) atomicAdd(&sh.below[k0 * kLanes + lane], 1u);
+    if (k1 != 0xFFu && m < kThDev[k1]) atomicAdd(&sh.below[k1 * kLanes + lane], 1u);
   }
 }
 
@@ -99,7 +104,6 @@ struct BitsF16 {
 
 __device__ void init_shared(BlockShared& sh) {
   for (int b = threadIdx.x; b < kExpBins32; b += blockDim.x) {
-    sh.hist[b] = 0;
     u16 t = kNoThreshold;
     int found = 0;
     for (int k = 0; k < kNumThresholds; ++k) {
@@ -109,7 +113,8 @@ __device__ void init_shared(BlockShared& sh) {
     }
     sh.table[b] = t;
   }
-  if (threadIdx.x < kNumThresholds) sh.below[threadIdx.x] = 0;
+  for (int i = threadIdx.x; i < kExpBins32 * kLanes; i += blockDim.x) sh.hist[i] = 0;
+  for (int i = threadIdx.x; i < kNumThresholds * kLanes; i += blockDim.x) sh.below[i] = 0;
   __syncthreads();
 }
 
@@ -160,10 +165,21 @@ __device__ void flush_block(ThreadAcc& a, BlockShared& sh, DeviceSlot* slot, u64
     if (ss != 0.0) atomicAdd(&slot->sum, ss);
     if (qq != 0.0) atomicAdd(&slot->sum_sq, qq);
   }
-  for (int b = threadIdx.x; b < kExpBins32; b += blockDim.x)
-    if (sh.hist[b]) atomicAdd(&slot->hist[b], static_cast<u64>(sh.hist[b]));
-  if (threadIdx.x < kNumThresholds && sh.below[threadIdx.x])
-    atomicAdd(&slot->below_in_binade[threadIdx.x], static_cast<u64>(sh.below[threadIdx.x]));
+  // One thread per bin sums its 32 lane copies, starting at a different lane per bin so the
+  // warp's reads fall in different banks.
+  auto lanes_sum = [](const u32* row, int rot) {
+    u64 n = 0;
+    for (int l = 0; l < kLanes; ++l) n += row[(l + rot) & (kLanes - 1)];
+    return n;
+  };
+  for (int b = threadIdx.x; b < kExpBins32; b += blockDim.x) {
+    const u64 n = lanes_sum(&sh.hist[b * kLanes], b);
+    if (n) atomicAdd(&slot->hist[b], n);
+  }
+  if (threadIdx.x < kNumThresholds) {
+    const u64 n = lanes_sum(&sh.below[threadIdx.x * kLanes], threadIdx.x);
+    if (n) atomicAdd(&slot->below_in_binade[threadIdx.x], n);
+  }
 }
 
 /// Dense elements, 16-byte vector loads when the pointer allows (W: the stored word type).
@@ -212,9 +228,11 @@ template <typename W, typename Conv>
 cudaError_t launch_typed(const StatsLaunch& l, DeviceSlot* slot, int sm_count, cudaStream_t st) {
   constexpr i64 kPerThreadIter = 16 / sizeof(W);
   const i64 want = (l.numel + kThreads * kPerThreadIter - 1) / (kThreads * kPerThreadIter);
-  // Enough blocks to fill the device a few times over; each block's shared counters stay far
-  // below 2^32 (a block sees at most numel / blocks values).
-  i64 blocks = want < static_cast<i64>(sm_count) * 8 ? want : static_cast<i64>(sm_count) * 8;
+  // One wave: ~38 KiB of shared memory and 54 registers a thread let 4 blocks share an SM
+  // (grid-stride loops do the rest). Each block's shared counters stay below 2^32 (min_blocks).
+  constexpr i64 kBlocksPerSm = 4;
+  const i64 wave = static_cast<i64>(sm_count) * kBlocksPerSm;
+  i64 blocks = want < wave ? want : wave;
   const i64 min_blocks = l.numel / (i64{1} << 30) + 1;
   if (blocks < min_blocks) blocks = min_blocks;
   if (blocks < 1) blocks = 1;
