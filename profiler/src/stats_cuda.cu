@@ -196,12 +196,20 @@ __global__ void __launch_bounds__(kThreads)
   if ((reinterpret_cast<std::uintptr_t>(data) & 15) == 0) {
     const i64 nvec = n / kPerVec;
     const uint4* v = reinterpret_cast<const uint4*>(data);
-    for (i64 i = tid; i < nvec; i += stride) {
-      const uint4 q = __ldg(v + i);
+    auto visit_vec = [&](const uint4& q) {
       const W* w = reinterpret_cast<const W*>(&q);
 #pragma unroll
       for (int j = 0; j < kPerVec; ++j) visit(Conv::of(w[j]), a, sh);
+    };
+    // Two loads in flight per thread before the work on them: more bytes in flight per SM.
+    i64 i = tid;
+    for (; i + stride < nvec; i += 2 * stride) {
+      const uint4 q0 = __ldg(v + i);
+      const uint4 q1 = __ldg(v + i + stride);
+      visit_vec(q0);
+      visit_vec(q1);
     }
+    if (i < nvec) visit_vec(__ldg(v + i));
     done = nvec * kPerVec;
   }
   for (i64 i = done + tid; i < n; i += stride) visit(Conv::of(__ldg(data + i)), a, sh);
