@@ -68,6 +68,7 @@ LayerId add_layer_locked(Registry& r, const std::string& name, const std::string
   auto id = static_cast<LayerId>(r.layers.size());
   r.layers.push_back({name, type});
   r.by_name.emplace(name, id);
+  Observer::name_layer(id, name);  // for the observer's layer filter
   return id;
 }
 
@@ -97,8 +98,8 @@ void record_into(ParamSlot& slot, const at::Tensor& grad) {
 std::shared_ptr<ParamSlot> new_slot_locked(Registry& r, const std::string& name,
                                            const std::string& dtype, LayerId layer) {
   auto slot = std::make_shared<ParamSlot>();
-  slot->info.name = name;
   slot->device = std::make_shared<GradTarget>(slot);
+  slot->info.name = name;
   slot->info.dtype = dtype;
   slot->info.layer = layer;
   r.params.push_back(slot);

@@ -507,6 +507,19 @@ void record_backward_origin(const Producer& p, const Stats& received, std::int8_
   }
 }
 
+/// Adds one call to its entry: moved in when the entry is new, merged otherwise; the absmax
+/// series gets the call's point directly (no per-call vector).
+void fold_call(OpAggregate& entry, OpAggregate&& one, std::int64_t step) {
+  const bool finite = one.stats.finite() > 0;
+  const double absmax = one.stats.absmax;
+  if (entry.calls == 0) {
+    entry = std::move(one);
+  } else {
+    entry.merge(one);
+  }
+  if (finite) append_series(entry.absmax_by_step, step, absmax);
+}
+
 void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
   OpKey key;
   key.layer = call.layer;
@@ -544,10 +557,9 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
       if (auto check = recheck_fp32(fn, call.inputs, outputs)) agg.shadow.add(*check, call.step);
     }
   }
-  if (agg.stats.finite() > 0) agg.absmax_by_step.emplace_back(call.step, agg.stats.absmax);
   {
     std::lock_guard<std::mutex> lock(t.table->mu);
-    t.table->entries[key].merge(agg);
+    fold_call(t.table->entries[key], std::move(agg), call.step);
   }
   // CUDA outputs: stats enqueued on the device, read back at the step's end (no sync here).
   if (!call.node && !call.info->uninitialized) device_record(fn.outputs(), *t.table, key, call.step);

@@ -42,7 +42,8 @@ struct Options {
   int warmup = 3;
   std::int64_t tiny_ops = 200000;
   std::vector<int> rss_steps = {50, 2000};
-  bool only_overhead = false;
+  std::string parts = "bcd";  ///< which of (b), (c), (d) to run
+  int threads = 0;            ///< torch intra-op threads (0: torch's default)
   std::string json;
   int child_steps = 0;     ///< internal: run the RSS child
   std::string child_out;
@@ -51,14 +52,17 @@ struct Options {
 void usage(const char* argv0) {
   std::printf(
       "usage: %s [--device cpu|cuda] [--dtype bfloat16|float16|float32] [--rounds N]\n"
-      "          [--block N] [--tiny-ops N] [--rss-steps A,B] [--only-overhead] [--json FILE]\n"
+      "          [--block N] [--tiny-ops N] [--rss-steps A,B] [--parts bcd] [--threads N]\n"
+      "          [--json FILE]\n"
       "  (b) training-step overhead: a 4-block transformer (d=256, seq 64, batch 8) trained\n"
       "      under autocast with profiling off / full / every-10, interleaved in rounds of\n"
       "      --block steps per mode; the ratio of median block means to 'off'.\n"
       "  (c) callback cost per op (ns): --tiny-ops calls of a 1-element add, off vs recorded\n"
       "      vs on an unsampled step of an every-N session.\n"
       "  (d) peak RSS and report size after each --rss-steps count (fresh child process each,\n"
-      "      a small model so that 2,000 steps stay quick).\n",
+      "      a small model so that 2,000 steps stay quick).\n"
+      "  --parts    which of b, c, d to run (default bcd)\n"
+      "  --threads  torch intra-op threads (default: torch's; 1 is steadier on a busy machine)\n",
       argv0);
 }
 
@@ -91,7 +95,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--block") o.block = std::stoi(value());
     else if (a == "--tiny-ops") o.tiny_ops = std::stoll(value());
     else if (a == "--rss-steps") o.rss_steps = split_ints(value());
-    else if (a == "--only-overhead") o.only_overhead = true;
+    else if (a == "--parts") o.parts = value();
+    else if (a == "--threads") o.threads = std::stoi(value());
     else if (a == "--json") o.json = value();
     else if (a == "--child-steps") o.child_steps = std::stoi(value());
     else if (a == "--child-out") o.child_out = value();
@@ -223,6 +228,7 @@ RssPoint rss_after(const char* self, const Options& o, int steps) {
   char dir[] = "/tmp/ampscope-bench-XXXXXX";
   if (!mkdtemp(dir)) throw std::runtime_error("mkdtemp failed");
   std::string cmd = std::string(self) + " --device " + o.device + " --dtype " + o.dtype +
+                    " --threads " + std::to_string(o.threads) +
                     " --child-steps " + std::to_string(steps) + " --child-out " + dir;
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) throw std::runtime_error("cannot run " + cmd);
@@ -257,27 +263,34 @@ int run(int argc, char** argv) {
     std::printf("overhead bench: no CUDA device here; nothing to measure for --device cuda\n");
     return 0;
   }
+  if (o.threads > 0) at::set_num_threads(o.threads);
   if (o.child_steps > 0) return run_rss_child(o);
   std::printf("ampscope overhead bench: device %s, autocast %s, torch threads %d\n",
               o.device.c_str(), o.dtype.c_str(), at::get_num_threads());
-  Overhead oh = step_overhead(o);
+  auto want = [&](char part) { return o.parts.find(part) != std::string::npos; };
+  Overhead oh;
   CallbackCost cb;
   std::vector<RssPoint> rss;
-  if (!o.only_overhead) {
-    cb = callback_cost(o);
+  if (want('b')) oh = step_overhead(o);
+  if (want('c')) cb = callback_cost(o);
+  if (want('d')) {
     for (int n : o.rss_steps) rss.push_back(rss_after(argv[0], o, n));
   }
-  std::printf("\n(b) training step, 4 blocks d=256 seq 64 batch 8, %d rounds x %d steps\n",
-              o.rounds, o.block);
-  std::printf("  off        %8.2f ms/step\n", oh.off_ms);
-  std::printf("  full       %8.2f ms/step   %.3fx  (bar <= 1.30x)\n", oh.full_ms,
-              oh.full_ms / oh.off_ms);
-  std::printf("  every-10   %8.2f ms/step   %.3fx  (bar <= 1.05x)\n", oh.every_ms,
-              oh.every_ms / oh.off_ms);
-  if (!o.only_overhead) {
+  if (want('b')) {
+    std::printf("\n(b) training step, 4 blocks d=256 seq 64 batch 8, %d rounds x %d steps\n",
+                o.rounds, o.block);
+    std::printf("  off        %8.2f ms/step\n", oh.off_ms);
+    std::printf("  full       %8.2f ms/step   %.3fx  (bar <= 1.30x)\n", oh.full_ms,
+                oh.full_ms / oh.off_ms);
+    std::printf("  every-10   %8.2f ms/step   %.3fx  (bar <= 1.05x)\n", oh.every_ms,
+                oh.every_ms / oh.off_ms);
+  }
+  if (want('c')) {
     std::printf("(c) per op: a 1-element add costs %.0f ns unobserved; observer adds %.0f ns "
                 "recorded, %.0f ns on unsampled steps\n",
                 cb.off_ns, cb.recorded_ns, cb.unsampled_ns);
+  }
+  if (want('d')) {
     std::printf("(d) small model, full profiling:\n");
     for (const auto& r : rss) {
       std::printf("  %5d steps: peak RSS %8.1f MiB, report.json %8.1f KiB\n", r.steps,
