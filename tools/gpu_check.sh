@@ -55,7 +55,9 @@ fi
 if ! timeout "$(left)" cmake --build "$BUILD" -j "$JOBS" >"$LOG/build.log" 2>&1; then
   grep -E "error|FAILED" "$LOG/build.log" | head -20; echo "gpu_check: build failed" >&2; exit 1
 fi
-row "build" "ok, $(($(date +%s) - t0)) s ($(grep -o 'ampscope: [a-zA-Z_]* \(from\|header-only\)[^"]*' "$LOG/configure.log" | tr '\n' ';'))"
+FROM=$(sed -n 's/^-- ampscope: \(.*\) from \(.*\)$/\1 (\2)/p' "$LOG/configure.log" | sed 's/ built//' |
+  paste -sd ';' -)
+row "build" "ok, $(($(date +%s) - t0)) s${FROM:+; $FROM}"
 
 # --- tests: "P passed, F failed, S skipped" from ctest's output
 ctest_counts() {
