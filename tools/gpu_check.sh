@@ -131,7 +131,7 @@ bench() {  # NAME BINARY ARGS...
 bench "bench stats cuda" ampscope-bench-stats-cuda --sizes 1M,64M,256M --reps 10 \
   --json "$LOG/ampscope-bench-stats-cuda.json"
 bench "bench overhead cuda" ampscope-bench-overhead --device cuda --dtype float16 --rounds 5 \
-  --only-overhead --json "$LOG/ampscope-bench-overhead.json"
+  --parts b --json "$LOG/ampscope-bench-overhead.json"
 
 # --- the table
 echo

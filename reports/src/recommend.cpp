@@ -26,6 +26,7 @@
 // a layer with a pin or fix gets no `watch` on top.
 
 #include <ampscope/reports/recommend.h>
+#include <ampscope/reports/report_json.h>
 
 #include <algorithm>
 #include <cmath>
@@ -97,15 +98,7 @@ void origin_rule(const Report& r, Findings& out) {
   origin["inputs_finite"] = e.inputs_finite;
   if (!e.compute_dtype.empty()) origin["compute_dtype"] = e.compute_dtype;
   origin["fp32_recheck"] = fp32_recheck_word(e.fp32_also_nonfinite);
-  if (e.fp32_check) {
-    json c = json::object();
-    c["rel_err"] = num(e.fp32_check->rel_err);
-    c["max_ulp"] = num(e.fp32_check->max_ulp);
-    c["cosine"] = num(e.fp32_check->cosine);
-    c["fp32_absmax"] = num(e.fp32_check->fp32_absmax);
-    c["lowp_only_nonfinite"] = e.fp32_check->lowp_only_nonfinite;
-    origin["fp32_check"] = std::move(c);
-  }
+  if (e.fp32_check) origin["fp32_check"] = fp32_check_to_json(*e.fp32_check);
   if (e.output_stats) {
     origin["count"] = e.output_stats->count;
     origin["nan"] = e.output_stats->nan;
@@ -304,6 +297,16 @@ struct GradCounts {
       stored_absmax = std::max(stored_absmax, s.absmax);
     }
   }
+  void merge(const GradCounts& o) {
+    nonzero += o.nonzero;
+    underflow += o.underflow;
+    subnormal += o.subnormal;
+    zeros += o.zeros;
+    stored_values += o.stored_values;
+    absmax = std::max(absmax, o.absmax);
+    stored_absmax = std::max(stored_absmax, o.stored_absmax);
+    hist.merge(o.hist);
+  }
   double lost_share() const {
     return nonzero > 0 ? static_cast<double>(underflow + subnormal) / static_cast<double>(nonzero) : 0.0;
   }
@@ -332,14 +335,7 @@ void grad_underflow_rule(const Report& r, Findings& out) {
       if (op.phase == "backward") mine.add(op.stats, op.input_dtype, fmt);
     for (const ParamRecord& p : layer.params) mine.add(p.grad, p.dtype, fmt);
     if (mine.nonzero == 0) continue;
-    total.nonzero += mine.nonzero;
-    total.underflow += mine.underflow;
-    total.subnormal += mine.subnormal;
-    total.zeros += mine.zeros;
-    total.stored_values += mine.stored_values;
-    total.absmax = std::max(total.absmax, mine.absmax);
-    total.stored_absmax = std::max(total.stored_absmax, mine.stored_absmax);
-    total.hist.merge(mine.hist);
+    total.merge(mine);
     json l = json::object();
     l["layer"] = layer.name;
     l["share"] = mine.lost_share();

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "dtypes.h"
 #include "text_util.h"
 
 namespace ampscope::reports {
@@ -164,9 +165,7 @@ std::string what_if_cell(const WhatIfRow& row, std::size_t i) {
 }
 
 void what_if_table(const Report& report, const SummaryOptions& opt, std::string& out) {
-  std::string run = report.run.autocast_dtype;
-  if (run.rfind("torch.", 0) == 0) run = run.substr(6);
-  if (run == "float16") return;  // the run itself shows what float16 does
+  if (dtypes::bare(report.run.autocast_dtype) == "float16") return;  // the run shows it itself
   const std::vector<WhatIfRow> rows = what_if(report);
   std::vector<std::string> head{"LAYER"};
   for (Format f : kWhatIfFormats) head.push_back(text::short_dtype(std::string(format_name(f))));
@@ -218,6 +217,7 @@ void gradient_ranges(const Report& report, const SummaryOptions& opt, std::strin
   out += t.render("  ");
   if (more > 0) out += fmt::format("  ... {} more param{}\n", more, more == 1 ? "" : "s");
 }
+
 /// CUPTI kernels per layer and op (only when kernels were traced): launches, GPU time, whether
 /// the matrix kernels used tensor cores, and the kernel that took the most time.
 void gpu_kernels(const Report& report, const SummaryOptions& opt, std::string& out) {
@@ -250,7 +250,6 @@ void gpu_kernels(const Report& report, const SummaryOptions& opt, std::string& o
   if (more > 0) out += fmt::format("  ... {} more layer{}\n", more, more == 1 ? "" : "s");
 }
 
-
 }  // namespace
 
 std::string render_summary(const Report& report, const SummaryOptions& options) {
@@ -269,8 +268,8 @@ std::string render_summary(const Report& report, const SummaryOptions& options) 
   what_if_table(report, options, what);
   out += what;
   out += "\n";
-  gpu_kernels(report, options, out);
   gradient_ranges(report, options, out);
+  gpu_kernels(report, options, out);
   return out;
 }
 
