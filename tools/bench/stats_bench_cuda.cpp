@@ -17,8 +17,11 @@
 
 #include "ampscope/profiler/cuda_stats.h"
 #include "ampscope/profiler/tensor_stats.h"
+#include "composed_stats.h"
 
 namespace {
+
+using ampscope::bench::composed_stats;
 
 struct Options {
   std::vector<std::int64_t> sizes = {4 << 10, 1 << 20, 64 << 20, 256 << 20, std::int64_t{1} << 30};
@@ -108,45 +111,6 @@ Options parse(int argc, char** argv) {
     }
   }
   return o;
-}
-
-/// The stats block from ATen ops only (what one would write without the kernel).
-ampscope::Stats composed_stats(const at::Tensor& t0) {
-  static const c10::ScalarType formats[] = {at::kHalf, at::kBFloat16, at::kFloat8_e4m3fn,
-                                            at::kFloat8_e5m2};
-  static const double min_normal[] = {0x1p-14, 0x1p-126, 0x1p-6, 0x1p-14};
-  auto cnt = [](const at::Tensor& m) { return at::count_nonzero(m).item<std::int64_t>(); };
-  const auto t = t0.to(at::kFloat);
-  ampscope::Stats s;
-  s.count = t.numel();
-  auto fin = t.isfinite();
-  s.nan = cnt(t.isnan());
-  s.posinf = cnt(t.isposinf());
-  s.neginf = cnt(t.isneginf());
-  s.zeros = cnt(t.eq(0));
-  auto a = t.abs();
-  auto nzf = fin & t.ne(0);
-  s.absmax = at::where(fin, a, at::zeros({}, a.options())).amax().item<double>();
-  s.absmin_nonzero =
-      at::where(nzf, a, at::full({}, std::numeric_limits<float>::infinity(), a.options()))
-          .amin()
-          .item<double>();
-  auto d = at::where(fin, t, at::zeros({}, t.options())).to(at::kDouble);
-  s.sum = d.sum().item<double>();
-  s.sum_sq = d.mul(d).sum().item<double>();
-  auto e = std::get<1>(at::frexp(at::where(nzf, a, at::zeros({}, a.options()))));
-  auto counts = at::bincount(at::where(nzf, e + 200, at::zeros({}, e.options())).flatten()).cpu();
-  auto* p = counts.to(at::kLong).contiguous().data_ptr<std::int64_t>();
-  for (std::int64_t i = 1; i < counts.numel(); ++i)
-    if (p[i] != 0) s.exp_hist.add(static_cast<int>(i) - 201, p[i]);
-  for (int f = 0; f < ampscope::kNumFormats; ++f) {
-    auto c = t.to(formats[f]).to(at::kFloat);
-    auto over = formats[f] == at::kFloat8_e4m3fn ? c.isnan() : c.isinf();
-    s.overflow[f] = cnt(fin & over);
-    s.underflow[f] = cnt(nzf & c.eq(0));
-    s.subnormal[f] = cnt(nzf & c.ne(0) & c.abs().lt(min_normal[f]) & ~over);
-  }
-  return s;
 }
 
 bool same_counts(const ampscope::Stats& a, const ampscope::Stats& b) {
