@@ -36,6 +36,10 @@ struct OpInfo {
   bool uninitialized = false;  ///< returns uninitialized memory (aten::empty...): no stats
   bool internal = false;       ///< ampscope's own ops (the Python bridge): never recorded
   bool filtered_out = false;   ///< excluded by ObserverOptions::ops: never recorded
+  /// Returns a view of an input (schema alias, not written: view, t, transpose, expand,
+  /// reshape...): its values were counted where they were produced, so no stats pass. Casts
+  /// (aten::to may alias too) are not views: a cast can overflow.
+  bool view = false;
 };
 
 // Autocast's promote ops: CUDA's list comes from the linked torch's header; CPU's lives only in
@@ -49,6 +53,15 @@ const std::unordered_set<std::string>& promote_ops() {
     return s;
   }();
   return *set;
+}
+
+/// True when the op's first return aliases an input without writing it (a view).
+bool returns_view(const c10::OperatorHandle& op) {
+  if (!op.hasSchema()) return false;
+  const auto& returns = op.schema().returns();
+  if (returns.empty()) return false;
+  const auto* alias = returns[0].alias_info();
+  return alias != nullptr && !alias->isWrite();
 }
 
 OpInfo make_info(const at::RecordFunction& fn, std::string_view name) {
@@ -67,6 +80,7 @@ OpInfo make_info(const at::RecordFunction& fn, std::string_view name) {
     if (auto handle = c10::Dispatcher::singleton().findOp(*opname)) {
       info.autocast_cpu = handle->hasKernelForDispatchKey(c10::DispatchKey::AutocastCPU);
       info.autocast_cuda = handle->hasKernelForDispatchKey(c10::DispatchKey::AutocastCUDA);
+      info.view = !info.cast && returns_view(*handle);
     }
   }
   return info;
@@ -542,7 +556,7 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
     key.autocast = classify(call, key.compute_dtype);
     agg.casts = call.inner_seen ? call.pending_casts : 0;
     agg.input_stats = std::move(call.input_stats);
-    if (!call.info->uninitialized) agg.stats = stats_of(outputs);
+    if (!call.info->uninitialized && !call.info->view) agg.stats = stats_of(outputs);
     if (agg.stats.nonfinite() > 0) {
       if (!call.inputs_checked) call.inputs_finite = all_finite(call.inputs);
       if (call.inputs_finite) {
@@ -562,7 +576,7 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
     fold_call(t.table->entries[key], std::move(agg), call.step);
   }
   // CUDA outputs: stats enqueued on the device, read back at the step's end (no sync here).
-  if (!call.node && !call.info->uninitialized) device_record(fn.outputs(), *t.table, key, call.step);
+  if (!call.node && !call.info->uninitialized && !call.info->view) device_record(fn.outputs(), *t.table, key, call.step);
   device_bind(call.ext_id, *t.table, key);
 }
 

@@ -2,6 +2,7 @@
 #include "ampscope/profiler/tensor_stats.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include <stdexcept>
@@ -54,6 +55,31 @@ Stats tensor_stats_cuda(const at::Tensor& t) {
   }
 }
 
+/// Elements per chunk of a parallel stats pass (a multiple of the kernel's block).
+constexpr std::int64_t kStatsChunk = std::int64_t{1} << 16;
+
+/// The CPU kernel over torch's intra-op thread pool: its threads are idle between ops (the
+/// observer runs at op boundaries), so mid-size tensors are split too, not only those big enough
+/// to pay for starting threads. Fixed chunks merged in chunk order: the result does not depend
+/// on the schedule. Inside a parallel region (or with one thread) it runs serially.
+Stats compute_stats_on_pool(const TensorView& view) {
+  const std::int64_t n = view.numel();
+  if (n < 2 * kStatsChunk || at::get_num_threads() <= 1 || at::in_parallel_region()) {
+    return compute_stats(view, 1);
+  }
+  const std::int64_t chunks = (n + kStatsChunk - 1) / kStatsChunk;
+  std::vector<Stats> parts(static_cast<std::size_t>(chunks));
+  at::parallel_for(0, chunks, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t c = b; c < e; ++c) {
+      accumulate_stats(view, c * kStatsChunk, std::min(n, (c + 1) * kStatsChunk),
+                       parts[static_cast<std::size_t>(c)]);
+    }
+  });
+  Stats out;
+  for (const Stats& p : parts) out.merge(p);
+  return out;
+}
+
 }  // namespace
 
 Stats tensor_stats(const at::Tensor& t, int max_threads) {
@@ -67,6 +93,7 @@ Stats tensor_stats(const at::Tensor& t, int max_threads) {
   // Conjugate/negative views carry a lazy flag the raw data does not reflect; real floating
   // tensors have no conjugate bit, but a negative bit would flip signs: materialise it.
   if (t.is_neg()) return tensor_stats(t.resolve_neg(), max_threads);
+  if (max_threads == 0) return compute_stats_on_pool(make_view(t));
   return compute_stats(make_view(t), max_threads);
 }
 
