@@ -264,6 +264,17 @@ void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call)
   }
 }
 
+/// The entry key of an autograd node's call: its incoming gradients' dtype stands for input,
+/// compute and output dtype alike.
+OpKey node_key(const Call& call) {
+  OpKey key;
+  key.layer = call.layer;
+  key.op = call.info->id;
+  key.phase = Phase::kBackward;
+  key.input_dtype = key.compute_dtype = key.output_dtype = call.input_dtype;
+  return key;
+}
+
 void record_backward_origin(const Producer& p, const Stats& received, std::int8_t dtype);
 
 /// Backward origins: RecordFunction never shows a node's outputs, but they are the next nodes'
@@ -285,10 +296,7 @@ void track_backward_origin(ThreadState& t, const Call& call) {
     return;
   }
   Producer p;
-  p.key.layer = call.layer;
-  p.key.op = call.info->id;
-  p.key.phase = Phase::kBackward;
-  p.key.input_dtype = p.key.compute_dtype = p.key.output_dtype = call.input_dtype;
+  p.key = node_key(call);
   p.step = call.step;
   for (const auto& edge : node->next_edges()) {
     if (edge.function) t.producers[edge.function.get()] = p;
@@ -311,12 +319,7 @@ void start_backward_top(ThreadState& t, const at::RecordFunction& fn, Call& call
   call.input_dtype = floating_dtype(inputs);
   call.stats = stats_of(inputs);
   // CUDA gradients: into the entry's device slot (its key is known now; see finish_top).
-  OpKey key;
-  key.layer = call.layer;
-  key.op = call.info->id;
-  key.phase = Phase::kBackward;
-  key.input_dtype = key.compute_dtype = key.output_dtype = call.input_dtype;
-  device_record(inputs, *t.table, key, call.step);
+  device_record(inputs, *t.table, node_key(call), call.step);
   track_backward_origin(t, call);
 }
 
@@ -544,7 +547,7 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
   agg.calls = 1;
   agg.first_step = agg.last_step = call.step;
   if (call.node) {
-    key.compute_dtype = key.output_dtype = call.input_dtype;
+    key = node_key(call);
     agg.stats = std::move(call.stats);
   } else {
     const auto& outputs = fn.outputs();
