@@ -262,10 +262,10 @@ TEST_F(ObserverTest, FirstNonFiniteIsTheOverflowingOpNotItsConsumers) {
     torch::Tensor h;
     {
       LayerScope s("proj");
-      h = torch::mm(a, b);  // 180000 in float16 is inf; in float32 it is fine
+      h = s.returns(torch::mm(a, b));  // 180000 in float16 is inf; in float32 it is fine
     }
     LayerScope s("after");
-    torch::relu(h);
+    s.returns(torch::relu(h));
   }
   session.stop();
   Report r = session.report();
@@ -289,15 +289,64 @@ TEST_F(ObserverTest, LogOfZeroIsAModelBugInFp32Too) {
   session.start();
   {
     LayerScope s("head");
-    torch::log(torch::zeros({3}));
+    s.returns(torch::log(torch::zeros({3})));
   }
   session.stop();
   Report r = session.report();
   ASSERT_TRUE(r.first_nonfinite.has_value());
   EXPECT_EQ(r.first_nonfinite->op, "aten::log");
+  EXPECT_EQ(r.first_nonfinite->reached, "module_output");
   ASSERT_TRUE(r.first_nonfinite->fp32_also_nonfinite.has_value());
   EXPECT_TRUE(*r.first_nonfinite->fp32_also_nonfinite);
   for (const auto& rec : r.recommendations) EXPECT_NE(rec.action, "pin_fp32");
+}
+
+TEST_F(ObserverTest, NonFiniteConsumedInsideALayerIsBenign) {
+  // T5's relative-position bucketing: log(0) = -inf, discarded by where; nothing leaves the layer.
+  Session session;
+  session.start();
+  torch::Tensor out;
+  {
+    LayerScope s("attn");
+    auto pos = torch::arange(4).to(torch::kFloat);
+    auto logs = torch::log(pos);  // -inf at 0
+    out = s.returns(torch::where(pos > 0, logs, torch::zeros_like(pos)));
+  }
+  session.stop();
+  ASSERT_TRUE(torch::isfinite(out).all().item<bool>());  // the oracle: torch's own result
+  Report r = session.report();
+  EXPECT_FALSE(r.first_nonfinite.has_value());
+  EXPECT_TRUE(r.recommendations.empty());
+  const auto& log = only_op(layer(r, "attn"), "aten::log");
+  EXPECT_EQ(log.nonfinite_from_finite, 1);
+  EXPECT_EQ(log.benign_nonfinite, 1);
+  EXPECT_EQ(log.harmful_nonfinite, 0);
+}
+
+TEST_F(ObserverTest, SentinelFindsTheOriginOnAnUnsampledStep) {
+  ampscope::SessionOptions o;
+  o.every = 4;
+  Session session(o);
+  session.start();
+  auto a = torch::full({2, 2}, 100.0f);
+  for (int step = 0; step < 4; ++step) {
+    AutocastGuard ac(torch::kCPU, torch::kHalf);
+    LayerScope s("proj");
+    s.returns(torch::mm(a * (step == 2 ? 4.0f : 1.0f), a));  // 80000 at step 2: inf in fp16
+    session.step();
+  }
+  session.stop();
+  Report r = session.report();
+  ASSERT_TRUE(r.first_nonfinite.has_value());
+  EXPECT_EQ(r.first_nonfinite->step, 2);  // unsampled (every 4): found by the sentinel
+  EXPECT_EQ(r.first_nonfinite->layer, "proj");
+  EXPECT_EQ(r.first_nonfinite->op, "aten::mm");
+  EXPECT_EQ(r.first_nonfinite->compute_dtype, "float16");
+  ASSERT_TRUE(r.first_nonfinite->fp32_also_nonfinite.has_value());
+  EXPECT_FALSE(*r.first_nonfinite->fp32_also_nonfinite);  // float32 computes 80000 fine
+  ASSERT_FALSE(r.recommendations.empty());
+  EXPECT_EQ(r.recommendations[0].layer, "proj");
+  EXPECT_EQ(r.recommendations[0].action, "pin_fp32");
 }
 
 TEST_F(ObserverTest, CleanRunHasNoRecommendationsAndWritesReadableFiles) {

@@ -32,10 +32,12 @@ OpRecord op(const std::string& name, const std::string& phase, const std::string
   return o;
 }
 
-/// Marks `o` as having produced non-finite outputs from finite inputs.
+/// Marks `o` as having produced non-finite outputs from finite inputs that reached something
+/// (harmful, as provenance tracking would say).
 OpRecord& origin(OpRecord& o, std::int64_t from_finite, std::int64_t posinf, std::int64_t nan,
                  std::int64_t first_step) {
   o.nonfinite_from_finite = from_finite;
+  o.harmful_nonfinite = from_finite;
   o.first_nonfinite_step = first_step;
   o.stats.posinf = posinf;
   o.stats.nan = nan;
@@ -172,10 +174,36 @@ TEST(Recommend, OriginAlsoNonFiniteInFp32IsFixModelAndNoPin) {
   EXPECT_TRUE(m.why.empty());
 }
 
-TEST(Recommend, OriginWithNonFiniteInputsIsNotAnOrigin) {
+TEST(Recommend, OriginFedNonFiniteInputsIsAModelBugNotAPin) {
   Report r = clean_report();
   r.first_nonfinite = event("head", "aten::linear", false, std::nullopt);
+  auto recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].action, "fix_model");
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"nonfinite_input"});
+  r.first_nonfinite->nonfinite_scalar = true;  // masked_fill(mask, -inf) on an all-masked row
+  recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"nonfinite_constant"});
+}
+
+TEST(Recommend, BenignNonFiniteIsNoFinding) {
+  Report r = clean_report();
+  OpRecord& lin = r.layers[1].ops[0];
+  origin(lin, 3, 3, 0, 0);
+  lin.harmful_nonfinite = 0;  // consumed harmlessly every time
+  lin.benign_nonfinite = 3;
   EXPECT_TRUE(recommend(r).empty());
+}
+
+TEST(Recommend, NonFiniteInFp32TooIsNeverAPin) {
+  Report r = clean_report();
+  OpRecord& lin = r.layers[1].ops[0];
+  origin(lin, 2, 2, 0, 1);
+  lin.fp32_nonfinite = 2;  // every FP32 re-run was non-finite as well: a model bug
+  EXPECT_TRUE(recommend(r).empty());
+  lin.fp32_finite = 1;     // one re-run was finite: precision did it there
+  EXPECT_EQ(recommend(r).size(), 1u);
 }
 
 TEST(Recommend, LowPrecisionOverflowPinsHigh) {

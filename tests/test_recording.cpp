@@ -10,6 +10,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "observer_state.h"
 
 namespace {
@@ -245,11 +247,13 @@ TEST_F(RecordingTest, SkippedStepsAreCountedOnUnsampledSteps) {
   session.stop();
   Report r = session.report();
   EXPECT_EQ(calls_of(r, "l", "aten::mm"), 3);  // iterations 0, 2, 4
-  // Updates on sampled steps are recorded with their values: 2^16 halved each time.
-  ASSERT_EQ(r.loss_scale.size(), 3u);
-  EXPECT_DOUBLE_EQ(r.loss_scale[0].scale, 32768.0);
-  EXPECT_DOUBLE_EQ(r.loss_scale[1].scale, 8192.0);
-  EXPECT_TRUE(r.loss_scale[2].found_inf);
+  // Every update is recorded with its value, sampled step or not: 2^16 halved each time.
+  ASSERT_EQ(r.loss_scale.size(), 6u);
+  for (std::size_t k = 0; k < 6; ++k) {
+    EXPECT_DOUBLE_EQ(r.loss_scale[k].scale, 65536.0 / std::pow(2.0, double(k + 1)));
+    EXPECT_EQ(r.loss_scale[k].step, static_cast<std::int64_t>(k));
+    EXPECT_TRUE(r.loss_scale[k].found_inf);
+  }
 }
 
 TEST(LossScaleHistory, StaysBoundedAndKeepsEveryFoundInf) {

@@ -169,7 +169,7 @@ TEST(Headroom, APinnedLayerGetsNoWatchOnTop) {
   OpRecord o = op("aten::linear", "forward", "float16");
   o.absmax_by_step = {{0, 60000.0}};
   OpRecord bad = op("aten::matmul", "forward", "float16");
-  bad.nonfinite_from_finite = 1;
+  bad.nonfinite_from_finite = bad.harmful_nonfinite = 1;
   bad.first_nonfinite_step = 3;
   bad.stats.posinf = 4;
   auto recs = recommend(run("float16", {layer("ffn.wo", {o, bad})}));

@@ -6,6 +6,7 @@
 #include <ATen/record_function.h>
 #include <torch/nn/module.h>
 
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -46,6 +47,8 @@ struct Registry {
   std::unordered_map<std::string, std::shared_ptr<ParamSlot>> params_by_name;
   std::vector<bool> pinned;  ///< by layer id
   std::vector<HookedParam> hooks;
+  /// Aliases of parameters whose record does not exist yet (Python creates it on first grad).
+  std::unordered_map<std::string, std::vector<std::string>> pending_aliases;
 };
 
 Registry& registry() {
@@ -79,7 +82,11 @@ std::string qualified(const std::string& prefix, const std::string& name) {
 }
 
 void record_into(ParamSlot& slot, const at::Tensor& grad) {
-  if (!Observer::sampling_now() || !grad.defined()) return;
+  if (!grad.defined()) return;
+  if (!Observer::sampling_now()) {  // the sentinel still looks for NaN/Inf
+    if (!grad.is_cuda()) Observer::check_param_grad(slot.info.layer, slot.info.name, grad);
+    return;
+  }
   if (grad.is_cuda()) {  // on the device, no sync: the stats arrive at the step's end
     if (queue_device_stats(grad, slot.device)) {
       std::lock_guard<std::mutex> lock(slot.mu);
@@ -90,6 +97,7 @@ void record_into(ParamSlot& slot, const at::Tensor& grad) {
   if (!stats_supported(grad)) return;
   at::DisableRecordFunctionGuard no_observe;
   Stats s = tensor_stats(grad);
+  if (s.nonfinite() > 0) Observer::note_nonfinite_param_grad(slot.info.layer, slot.info.name, s.nan > 0);
   std::lock_guard<std::mutex> lock(slot.mu);
   slot.info.grad.merge(s);
   ++slot.info.updates;
@@ -102,6 +110,10 @@ std::shared_ptr<ParamSlot> new_slot_locked(Registry& r, const std::string& name,
   slot->info.name = name;
   slot->info.dtype = dtype;
   slot->info.layer = layer;
+  if (auto it = r.pending_aliases.find(name); it != r.pending_aliases.end()) {
+    slot->info.aliases = std::move(it->second);
+    r.pending_aliases.erase(it);
+  }
   r.params.push_back(slot);
   r.params_by_name.emplace(name, slot);
   return slot;
@@ -111,6 +123,7 @@ void hook_parameter(Registry& r, at::Tensor param, const std::string& name, Laye
   auto slot = new_slot_locked(r, name, dtype_name(static_cast<std::int8_t>(param.scalar_type())),
                               layer);
   if (!param.requires_grad()) return;
+  Observer::name_param(param.unsafeGetTensorImpl(), layer);  // AccumulateGrad -> this layer
   unsigned hook = param.register_hook([slot](const at::Tensor& grad) { record_into(*slot, grad); });
   r.hooks.push_back({param, hook});
 }
@@ -146,6 +159,7 @@ void detach_all_modules() {
   r.hooks.clear();
   r.params.clear();
   r.params_by_name.clear();
+  r.pending_aliases.clear();
   r.by_module.clear();
   r.layers.resize(1);
   r.by_name = {{"<outside>", kOutsideLayerId}};
@@ -198,6 +212,20 @@ void record_param_grad(const std::string& name, const std::string& layer,
     }
   }
   record_into(*slot, grad);
+}
+
+void record_param_alias(const std::string& name, const std::string& alias) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  auto it = r.params_by_name.find(name);
+  if (it == r.params_by_name.end()) {
+    auto& pending = r.pending_aliases[name];
+    if (std::find(pending.begin(), pending.end(), alias) == pending.end()) pending.push_back(alias);
+    return;
+  }
+  std::lock_guard<std::mutex> sl(it->second->mu);
+  auto& aliases = it->second->info.aliases;
+  if (std::find(aliases.begin(), aliases.end(), alias) == aliases.end()) aliases.push_back(alias);
 }
 
 void reset_param_grads() {
@@ -258,6 +286,11 @@ LayerScope::LayerScope(const torch::nn::Module& module) {
 }
 
 LayerScope::LayerScope(std::string_view name) { enter(layer_for_name(name)); }
+
+const at::Tensor& LayerScope::returns(const at::Tensor& t) const {
+  if (pushed_) Observer::check_module_outputs({t});
+  return t;
+}
 
 LayerScope::~LayerScope() {
   while (!autocast_off_.empty()) autocast_off_.pop_back();  // innermost first

@@ -20,6 +20,10 @@ reports::OpRecord to_record(const OpKey& key, const OpAggregate& agg,
   r.last_step = agg.last_step;
   r.nonfinite_from_finite = agg.nonfinite_from_finite;
   r.first_nonfinite_step = agg.first_nonfinite_step;
+  r.benign_nonfinite = agg.benign_nonfinite;
+  r.harmful_nonfinite = agg.harmful_nonfinite;
+  r.fp32_finite = agg.fp32_finite;
+  r.fp32_nonfinite = agg.fp32_nonfinite;
   r.stats = agg.stats;
   if (agg.input_stats.count > 0) r.input_stats = agg.input_stats;
   r.absmax_by_step = agg.absmax_by_step;
@@ -43,8 +47,28 @@ std::string infer_autocast_dtype(const std::vector<reports::Layer>& layers) {
   return f16 >= bf16 ? "float16" : "bfloat16";
 }
 
+reports::NonFiniteEvent to_event(const NonFiniteRecord& f, const std::vector<LayerInfo>& layers) {
+  reports::NonFiniteEvent e;
+  e.step = f.step;
+  e.phase = std::string(phase_name(f.phase));
+  auto id = static_cast<std::size_t>(f.layer);
+  e.layer = id < layers.size() ? layers[id].name : reports::kOutsideLayer;
+  e.op = f.op;
+  e.kind = f.nan ? "nan" : "inf";
+  e.inputs_finite = f.inputs_finite;
+  e.fp32_also_nonfinite = f.fp32_also_nonfinite;
+  e.fp32_check = f.fp32_check;
+  e.compute_dtype = dtype_name(f.compute_dtype);
+  e.output_stats = f.output_stats;
+  e.nonfinite_scalar = f.nonfinite_scalar;
+  e.reached = f.reached;
+  e.reached_step = f.reached_step;
+  return e;
+}
+
 int phase_order(const std::string& phase) {
-  return phase == "forward" ? 0 : phase == "backward" ? 1 : 2;
+  if (phase == "setup") return -1;
+  return phase == "forward" ? 0 : phase == "backward" ? 1 : phase == "between" ? 2 : 3;
 }
 
 }  // namespace
@@ -86,7 +110,7 @@ reports::Report build_report(const ObserverSnapshot& snap, const std::vector<Lay
   }
   for (const auto& p : params) {
     auto id = static_cast<std::size_t>(p.layer) < by_id.size() ? p.layer : kOutsideLayerId;
-    by_id[id].params.push_back({p.name, p.dtype, p.updates, p.grad});
+    by_id[id].params.push_back({p.name, p.dtype, p.updates, p.grad, p.aliases});
   }
   for (auto& layer : by_id) {
     std::sort(layer.ops.begin(), layer.ops.end(), [](const auto& a, const auto& b) {
@@ -103,21 +127,10 @@ reports::Report build_report(const ObserverSnapshot& snap, const std::vector<Lay
 
   if (run.autocast_dtype.empty()) run.autocast_dtype = infer_autocast_dtype(report.layers);
 
-  if (snap.first_nonfinite) {
-    const auto& f = *snap.first_nonfinite;
-    reports::NonFiniteEvent e;
-    e.step = f.step;
-    e.phase = std::string(phase_name(f.phase));
-    auto id = static_cast<std::size_t>(f.layer);
-    e.layer = id < layers.size() ? layers[id].name : reports::kOutsideLayer;
-    e.op = f.op;
-    e.kind = f.nan ? "nan" : "inf";
-    e.inputs_finite = f.inputs_finite;
-    e.fp32_also_nonfinite = f.fp32_also_nonfinite;
-    e.fp32_check = f.fp32_check;
-    e.compute_dtype = dtype_name(f.compute_dtype);
-    e.output_stats = f.output_stats;
-    report.first_nonfinite = e;
+  if (snap.first_nonfinite) report.first_nonfinite = to_event(*snap.first_nonfinite, layers);
+  if (snap.scaler_caught) {
+    report.scaler_caught = reports::ScalerCaught{snap.scaler_caught_steps,
+                                                 to_event(*snap.scaler_caught, layers)};
   }
   for (const auto& ls : snap.loss_scale) report.loss_scale.push_back({ls.step, ls.scale, ls.found_inf});
   return report;

@@ -47,6 +47,8 @@ std::unique_ptr<Session> g_session;
 Phase parse_phase(const std::string& p) {
   if (p == "optimizer") return Phase::kOptimizer;
   if (p == "backward") return Phase::kBackward;
+  if (p == "setup") return Phase::kSetup;
+  if (p == "between") return Phase::kBetween;
   return Phase::kForward;
 }
 
@@ -96,7 +98,18 @@ void push_layer(std::string name, std::string type) {
   Observer::push_layer(layer_for_name(name, type));
 }
 
-void pop_layer() { Observer::pop_layer(); }
+/// Pops the layer; true while some live tensor may hold NaN/Inf an op created (then the
+/// module's outputs are worth checking, see module_outputs).
+bool pop_layer() {
+  Observer::pop_layer();
+  return Observer::nonfinite_pending();
+}
+void module_outputs(const std::vector<at::Tensor>& outputs) { Observer::check_module_outputs(outputs); }
+void optimizer_step_begins() { Observer::optimizer_step_begins(); }
+/// A parameter's owning layer, for AccumulateGrad attribution (Python front end).
+void name_param(const at::Tensor& param, std::string layer, std::string type) {
+  Observer::name_param(param.unsafeGetTensorImpl(), layer_for_name(layer, type));
+}
 void push_phase(std::string phase) { Observer::push_phase(parse_phase(phase)); }
 void pop_phase() { Observer::pop_phase(); }
 void mark_step() { Observer::mark_step(); }
@@ -130,6 +143,9 @@ std::string tensor_stats_json(const at::Tensor& t) {
 
 void reset_layers() { detach_all_modules(); }
 
+/// `alias` reaches the parameter named `name` (tied weights): one record, aliases listed.
+void param_alias(std::string name, std::string alias) { record_param_alias(name, alias); }
+
 void param_grad(std::string name, std::string layer, std::string layer_type, const at::Tensor& g) {
   record_param_grad(name, layer, layer_type, g);
 }
@@ -144,7 +160,10 @@ TORCH_LIBRARY(ampscope, m) {
   m.def("nonfinite_seen() -> bool", &ampscope::nonfinite_seen);
   m.def("stop() -> ()", &ampscope::stop);
   m.def("push_layer(str name, str type) -> ()", &ampscope::push_layer);
-  m.def("pop_layer() -> ()", &ampscope::pop_layer);
+  m.def("pop_layer() -> bool", &ampscope::pop_layer);
+  m.def("module_outputs(Tensor[] outputs) -> ()", &ampscope::module_outputs);
+  m.def("optimizer_step_begins() -> ()", &ampscope::optimizer_step_begins);
+  m.def("name_param(Tensor param, str layer, str type) -> ()", &ampscope::name_param);
   m.def("push_phase(str phase) -> ()", &ampscope::push_phase);
   m.def("pop_phase() -> ()", &ampscope::pop_phase);
   m.def("mark_step() -> ()", &ampscope::mark_step);
@@ -152,5 +171,6 @@ TORCH_LIBRARY(ampscope, m) {
   m.def("write_reports(str dir, str stem, str run_json) -> str", &ampscope::write_reports);
   m.def("tensor_stats(Tensor t) -> str", &ampscope::tensor_stats_json);
   m.def("reset_layers() -> ()", &ampscope::reset_layers);
+  m.def("param_alias(str name, str alias) -> ()", &ampscope::param_alias);
   m.def("param_grad(str name, str layer, str layer_type, Tensor grad) -> ()", &ampscope::param_grad);
 }

@@ -10,14 +10,18 @@
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/graph_task.h>
 
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <unordered_set>
 
 #include "observer_state.h"
+#include "nonfinite_scan.h"
 #include "observer_device.h"
+#include "provenance.h"
 #include "recheck.h"
 
 namespace ampscope {
@@ -91,6 +95,8 @@ struct Call : at::ObserverContext {
   bool inner = false;  ///< autocast's inner call of the current top-level call
   bool skip = false;   ///< its layer is filtered out: tracked for nesting, not recorded
   bool node = false;   ///< an autograd node (BACKWARD_FUNCTION scope)
+  /// An unsampled step: only the sentinel runs (outputs checked for NaN/Inf, no stats).
+  bool sentinel = false;
   const OpInfo* info = nullptr;
   Phase phase = Phase::kForward;
   LayerId layer = kOutsideLayerId;
@@ -223,9 +229,34 @@ Stats stats_of(const Range& values) {
   return s;
 }
 
+/// True when no floating tensor among the values holds NaN/Inf (one read, no stats).
 template <typename Range>
 bool all_finite(const Range& values) {
-  return stats_of(values).nonfinite() == 0;
+  bool bad = false;
+  for (const c10::IValue& v : values) {
+    for_each_tensor(v, [&](const at::Tensor& t) { bad = bad || (is_floating(t) && has_nonfinite(t)); });
+    if (bad) return false;
+  }
+  return true;
+}
+
+/// True when no scalar argument is NaN/inf (masked_fill(mask, -inf) makes -inf on purpose).
+bool scalars_finite(const std::vector<c10::IValue>& values) {
+  for (const c10::IValue& v : values) {
+    if (v.isDouble() && !std::isfinite(v.toDouble())) return false;
+  }
+  return true;
+}
+
+/// The phase of a top-level op outside the autograd engine: a pushed override, else setup
+/// until the first layer is entered, between after a backward pass (clipping, unscaling) until
+/// the next forward or step, forward otherwise.
+Phase forward_phase(const ThreadState& t) {
+  if (!t.phases.empty()) return t.phases.back();
+  const auto& g = global();
+  if (!g.forward_seen.load(std::memory_order_relaxed)) return Phase::kSetup;
+  if (g.after_backward.load(std::memory_order_relaxed)) return Phase::kBetween;
+  return Phase::kForward;
 }
 
 void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call) {
@@ -235,7 +266,7 @@ void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call)
     call.phase = Phase::kBackward;
     call.layer = t.backward_layer;
   } else {
-    call.phase = t.phases.empty() ? Phase::kForward : t.phases.back();
+    call.phase = forward_phase(t);
     call.layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();
     forward_ring(t, fn).put(fn.seqNr(), call.layer);
   }
@@ -253,13 +284,11 @@ void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call)
     call.autocast_dtype = static_cast<std::int8_t>(at::autocast::get_autocast_dtype(device));
   }
   call.inputs.assign(inputs.begin(), inputs.end());
-  if (global().input_stats) {
+  // An in-place op overwrites its first input; whether that held NaN/Inf before is known from
+  // provenance (every non-finite tensor an observed op made is tainted), so no pre-scan.
+  if (global().input_stats && !call.sentinel) {
     call.input_stats = stats_of(call.inputs);
     call.inputs_finite = call.input_stats.nonfinite() == 0;
-    call.inputs_checked = true;
-  } else if (call.info->inplace) {
-    // The op overwrites its first input: its finiteness must be taken before it runs.
-    call.inputs_finite = all_finite(call.inputs);
     call.inputs_checked = true;
   }
 }
@@ -275,7 +304,8 @@ OpKey node_key(const Call& call) {
   return key;
 }
 
-void record_backward_origin(const Producer& p, const Stats& received, std::int8_t dtype);
+void record_backward_origin(const Producer& p, const Stats& received, std::int8_t dtype,
+                            bool inputs_finite = true);
 
 /// Backward origins: RecordFunction never shows a node's outputs, but they are the next nodes'
 /// inputs. Until the run's first NaN/Inf, each node with finite incoming gradients is
@@ -292,7 +322,14 @@ void track_backward_origin(ThreadState& t, const Call& call) {
   if (!node) return;
   if (call.stats.nonfinite() > 0) {
     auto it = t.producers.find(node.get());
-    if (it != t.producers.end()) record_backward_origin(it->second, call.stats, call.input_dtype);
+    if (it != t.producers.end()) {
+      record_backward_origin(it->second, call.stats, call.input_dtype);
+    } else {
+      Producer self;  // no producer seen: the node itself is the first to hold them
+      self.key = node_key(call);
+      self.step = call.step;
+      record_backward_origin(self, call.stats, call.input_dtype, /*inputs_finite=*/false);
+    }
     return;
   }
   Producer p;
@@ -303,23 +340,44 @@ void track_backward_origin(ThreadState& t, const Call& call) {
   }
 }
 
+/// The layer that owns the parameter an AccumulateGrad node accumulates into (-1: not known).
+LayerId accumulate_grad_layer() {
+  auto node = torch::autograd::get_current_node();
+  auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(node.get());
+  if (!acc || !acc->variable.defined()) return -1;
+  auto& g = global();
+  std::lock_guard<std::mutex> lock(g.params_mu);
+  auto it = g.param_layers.find(acc->variable.unsafeGetTensorImpl());
+  return it != g.param_layers.end() ? it->second : -1;
+}
+
+LayerId backward_layer(ThreadState& t, const at::RecordFunction& fn) {
+  LayerId layer = -1;
+  if (auto ring = global().find_ring(fn.forwardThreadId())) layer = ring->get(fn.seqNr());
+  if (layer < 0) layer = accumulate_grad_layer();
+  if (layer < 0) layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();
+  return layer;
+}
+
 void start_backward_top(ThreadState& t, const at::RecordFunction& fn, Call& call) {
   call.phase = Phase::kBackward;
   call.node = true;
-  LayerId layer = -1;
-  if (auto ring = global().find_ring(fn.forwardThreadId())) layer = ring->get(fn.seqNr());
-  if (layer < 0) layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();
-  call.layer = layer;
-  t.backward_layer = layer;
-  if (!global().layer_filter.included(layer)) {
+  global().after_backward.store(true, std::memory_order_relaxed);
+  call.layer = backward_layer(t, fn);
+  t.backward_layer = call.layer;
+  if (!global().layer_filter.included(call.layer)) {
     call.skip = true;
     return;
   }
   auto inputs = fn.inputs();  // the gradients flowing into the node: valid only here
   call.input_dtype = floating_dtype(inputs);
-  call.stats = stats_of(inputs);
-  // CUDA gradients: into the entry's device slot (its key is known now; see finish_top).
-  device_record(inputs, *t.table, node_key(call), call.step);
+  if (call.sentinel) {
+    if (!all_finite(inputs)) call.stats = stats_of(inputs);  // rare: the full block
+  } else {
+    call.stats = stats_of(inputs);
+    // CUDA gradients: into the entry's device slot (its key is known now; see finish_top).
+    device_record(inputs, *t.table, node_key(call), call.step);
+  }
   track_backward_origin(t, call);
 }
 
@@ -335,8 +393,25 @@ bool is_engine_wrapper(const at::RecordFunction& fn) {
 }
 
 constexpr std::string_view kUpdateScale = "aten::_amp_update_scale_";
+constexpr std::string_view kUnscale = "aten::_amp_foreach_non_finite_check_and_unscale_";
 
-void apply_sampling(std::int64_t step);
+void commit_pending();
+void scaler_catches_pending();
+
+/// A GradScaler update decides the fate of the step's non-finite gradients: caught (found inf,
+/// the optimizer step was skipped) or not. Reads found_inf (one device sync on CUDA) only when
+/// such gradients are pending.
+void resolve_pending_by_scaler(const at::RecordFunction& fn) {
+  if (!global().have_pending.load(std::memory_order_acquire)) return;
+  auto inputs = fn.inputs();
+  if (inputs.size() < 3 || !inputs[2].isTensor() || !inputs[2].toTensor().defined()) return;
+  at::DisableRecordFunctionGuard no_observe;
+  if (inputs[2].toTensor().item<double>() != 0.0) {
+    scaler_catches_pending();
+  } else {
+    commit_pending();
+  }
+}
 
 /// A GradScaler update ends its iteration. When the optimizer step was skipped (inf/NaN found),
 /// no optimizer hook marked the step, so the update marks it. Returns the step the update
@@ -348,7 +423,8 @@ std::int64_t update_scale_step(GlobalState& g) {
   if (now > g.step_at_last_update) {
     belongs = now - 1;  // the optimizer step of this iteration already ended it
   } else {
-    apply_sampling(g.step.fetch_add(1) + 1);
+    g.step.fetch_add(1);
+    g.after_backward.store(false, std::memory_order_relaxed);
   }
   g.step_at_last_update = g.step.load();
   return belongs;
@@ -361,11 +437,15 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (is_engine_wrapper(fn)) return std::make_unique<EngineWrapper>();
   int depth = t.depth++;
   std::int64_t step = g.step.load(std::memory_order_relaxed);
-  if (depth == 0 && fn.scope() == at::RecordScope::FUNCTION && fn.name()[0] == 'a' &&
-      fn.name() == kUpdateScale) {
-    step = update_scale_step(g);
+  if (depth == 0 && fn.scope() == at::RecordScope::FUNCTION && fn.name()[0] == 'a') {
+    if (fn.name() == kUnscale) g.scaler_seen.store(true, std::memory_order_relaxed);
+    if (fn.name() == kUpdateScale) {
+      resolve_pending_by_scaler(fn);
+      step = update_scale_step(g);
+    }
   }
-  if (g.every > 1 && step % g.every != 0) return nullptr;
+  // Unsampled steps keep the sentinel: outputs checked for NaN/Inf, nothing else recorded.
+  const bool sentinel = g.every > 1 && step % g.every != 0;
   bool backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
   try {
     if (depth == 0) {
@@ -374,12 +454,13 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       auto call = std::make_unique<Call>();
       call->info = &info;
       call->step = step;
+      call->sentinel = sentinel;
       if (backward) {
         start_backward_top(t, fn, *call);
       } else {
         start_forward_top(t, fn, *call);
       }
-      if (!call->skip) call->ext_id = device_call_begin();
+      if (!call->skip && !sentinel) call->ext_id = device_call_begin();
       t.top = call.get();
       return call;
     }
@@ -456,34 +537,172 @@ void record_loss_scale(const Call& call, std::int64_t step) {
   if (pending_loss_scales().size() >= kMaxPendingLossScales) resolve_pending_loss_scales(g);
 }
 
-void record_first_nonfinite(const at::RecordFunction& fn, const Call& call,
-                            std::int8_t compute, const Stats& out) {
-  auto& g = global();
-  if (g.have_first_nonfinite.load(std::memory_order_acquire)) return;
-  NonFiniteRecord rec;
-  rec.step = call.step;
-  rec.phase = call.phase;
-  rec.layer = call.layer;
-  rec.op = g.ops.name(call.info->id);
-  rec.nan = out.nan > 0;
-  rec.inputs_finite = call.inputs_finite;
-  rec.compute_dtype = compute;
-  rec.output_stats = out;
-  if (call.inputs_finite && !call.info->inplace) {
-    rec.fp32_check = recheck_fp32(fn, call.inputs, fn.outputs());
-    if (rec.fp32_check) rec.fp32_also_nonfinite = rec.fp32_check->also_nonfinite;
-  }
-  std::lock_guard<std::mutex> lock(g.records_mu);
-  if (g.first_nonfinite) return;
-  g.first_nonfinite = std::move(rec);
-  g.have_first_nonfinite.store(true, std::memory_order_release);
-}
-
 bool is_low_precision(std::int8_t dtype) {
   const auto t = static_cast<c10::ScalarType>(dtype);
   return dtype >= 0 && (t == at::kHalf || t == at::kBFloat16 || t == at::kFloat8_e4m3fn ||
                         t == at::kFloat8_e5m2);
 }
+
+// ---- harm: where non-finite values become the run's first_nonfinite -------------------------
+
+/// Records `rec` as the run's first harmful NaN/Inf (no-op once one is recorded). Non-finite
+/// gradients still pending came earlier in the run's order, so they win.
+void set_first_harmful(NonFiniteRecord rec, const char* reached) {
+  auto& g = global();
+  std::lock_guard<std::mutex> lock(g.records_mu);
+  if (g.first_nonfinite) return;
+  if (g.pending_gradient) {
+    rec = std::move(*g.pending_gradient);
+    g.pending_gradient.reset();
+    g.have_pending.store(false, std::memory_order_release);
+  } else {
+    rec.reached = reached;
+    rec.reached_step = g.step.load();
+  }
+  g.first_nonfinite = std::move(rec);
+  g.have_first_nonfinite.store(true, std::memory_order_release);
+}
+
+/// Origin `id`'s values reached something that matters.
+void make_harmful(std::int64_t id, const char* reached) {
+  if (auto rec = provenance().make_harmful(id)) set_first_harmful(std::move(*rec), reached);
+}
+
+void commit_pending() {
+  auto& g = global();
+  std::lock_guard<std::mutex> lock(g.records_mu);
+  if (!g.pending_gradient) return;
+  if (!g.first_nonfinite) {
+    g.first_nonfinite = std::move(g.pending_gradient);
+    g.have_first_nonfinite.store(true, std::memory_order_release);
+  }
+  g.pending_gradient.reset();
+  g.have_pending.store(false, std::memory_order_release);
+}
+
+void scaler_catches_pending() {
+  auto& g = global();
+  std::lock_guard<std::mutex> lock(g.records_mu);
+  if (!g.pending_gradient) return;
+  ++g.scaler_caught_steps;
+  if (!g.scaler_caught) g.scaler_caught = std::move(g.pending_gradient);
+  g.pending_gradient.reset();
+  g.have_pending.store(false, std::memory_order_release);
+}
+
+/// Gradients went non-finite. A forward origin of this step whose values are still alive
+/// (saved for backward) is what they carry; otherwise `rec` (made in backward) is pending
+/// until the step's fate is known: a GradScaler may catch it.
+void gradient_nonfinite(NonFiniteRecord rec) {
+  auto& g = global();
+  if (g.have_first_nonfinite.load(std::memory_order_acquire)) return;
+  if (auto fwd = provenance().live_forward_origin(g.step.load()); fwd >= 0) {
+    make_harmful(fwd, "gradient");
+    return;
+  }
+  rec.reached = rec.reached.empty() ? "gradient" : rec.reached;
+  rec.reached_step = g.step.load();
+  std::lock_guard<std::mutex> lock(g.records_mu);
+  if (g.first_nonfinite || g.pending_gradient) return;
+  g.pending_gradient = std::move(rec);
+  g.have_pending.store(true, std::memory_order_release);
+}
+
+void record_backward_origin(const Producer& p, const Stats& received, std::int8_t dtype,
+                            bool inputs_finite) {
+  auto& g = global();
+  NonFiniteRecord rec;
+  rec.step = p.step;
+  rec.phase = Phase::kBackward;
+  rec.layer = p.key.layer;
+  rec.op = g.ops.name(p.key.op);
+  rec.nan = received.nan > 0;
+  rec.inputs_finite = inputs_finite;
+  rec.compute_dtype = dtype;  // the dtype its output gradient arrived in
+  rec.output_stats = received;
+  gradient_nonfinite(std::move(rec));
+  if (!inputs_finite) return;
+  // The producer's own entry (already in this thread's table) counts the call as an origin.
+  auto& t = tls;
+  std::lock_guard<std::mutex> lock(t.table->mu);
+  auto it = t.table->entries.find(p.key);
+  if (it != t.table->entries.end()) {
+    ++it->second.nonfinite_from_finite;
+    if (it->second.first_nonfinite_step < 0) it->second.first_nonfinite_step = p.step;
+  }
+}
+
+// ---- creation and propagation of non-finite outputs -----------------------------------------
+
+/// Most FP32 re-runs per entry for creations (the first calls tell; the rest cost time).
+constexpr std::int64_t kMaxRechecksPerEntry = 4;
+
+std::int64_t rechecks_done(ThreadState& t, const OpKey& key) {
+  std::lock_guard<std::mutex> lock(t.table->mu);
+  auto it = t.table->entries.find(key);
+  return it == t.table->entries.end() ? 0 : it->second.fp32_finite + it->second.fp32_nonfinite;
+}
+
+/// The record of a creation. An op already computing in float32 or wider is non-finite in
+/// float32 by definition; a low-precision one is re-run in float32 (a few times per entry).
+NonFiniteRecord creation_record(const at::RecordFunction& fn, const Call& call, const OpKey& key,
+                                const Stats& out, ThreadState& t, OpAggregate& agg) {
+  NonFiniteRecord rec;
+  rec.step = call.step;
+  rec.phase = call.phase;
+  rec.layer = call.layer;
+  rec.op = global().ops.name(call.info->id);
+  rec.nan = out.nan > 0;
+  rec.inputs_finite = call.inputs_finite;
+  rec.nonfinite_scalar = !scalars_finite(call.inputs);
+  rec.compute_dtype = key.compute_dtype;
+  rec.output_stats = out;
+  if (!call.inputs_finite) return rec;
+  if (!is_low_precision(key.compute_dtype)) {
+    if (key.compute_dtype >= 0) rec.fp32_also_nonfinite = true;
+  } else if (!call.info->inplace && rechecks_done(t, key) < kMaxRechecksPerEntry) {
+    rec.fp32_check = recheck_fp32(fn, call.inputs, fn.outputs());
+    if (rec.fp32_check) rec.fp32_also_nonfinite = rec.fp32_check->also_nonfinite;
+  }
+  if (rec.fp32_also_nonfinite) ++(*rec.fp32_also_nonfinite ? agg.fp32_nonfinite : agg.fp32_finite);
+  return rec;
+}
+
+/// Whether the call's inputs were finite, for an op whose output holds NaN/Inf. The first input
+/// of an in-place op is its output now: its state before is what provenance says.
+bool inputs_were_finite(const Call& call, std::int64_t carried) {
+  if (call.inputs_checked) return call.inputs_finite && scalars_finite(call.inputs);
+  if (carried >= 0 || !scalars_finite(call.inputs)) return false;
+  if (!call.info->inplace) return all_finite(call.inputs);
+  return call.inputs.size() <= 1 ||
+         all_finite(std::vector<c10::IValue>(call.inputs.begin() + 1, call.inputs.end()));
+}
+
+/// An op returned NaN/Inf: it either carries an earlier origin's values on (a tainted input)
+/// or creates new ones (from finite inputs, from a NaN/inf constant, or from non-finite values
+/// of unknown source). Its outputs are tainted with that origin; optimizer state or parameters
+/// holding them are harmful at once.
+void on_nonfinite_output(const at::RecordFunction& fn, Call& call, const OpKey& key,
+                         OpAggregate& agg, ThreadState& t) {
+  auto& prov = provenance();
+  const std::int64_t carried = prov.origin_of(call.inputs);
+  call.inputs_finite = inputs_were_finite(call, carried);
+  std::int64_t id = carried;
+  if (id < 0) {
+    if (call.inputs_finite) {
+      agg.nonfinite_from_finite = 1;
+      agg.first_nonfinite_step = call.step;
+    }
+    Origin o;
+    o.key = key;
+    o.rec = creation_record(fn, call, key, agg.stats, t, agg);
+    id = prov.add(std::move(o));
+  }
+  prov.taint(fn.outputs(), id);
+  if (call.phase == Phase::kOptimizer) make_harmful(id, "optimizer");
+}
+
+// ---- folding calls into entries -------------------------------------------------------------
 
 /// --shadow: the first finite low-precision call of each entry in a recorded step is re-run in
 /// float32 and its error kept on the entry.
@@ -497,39 +716,12 @@ bool wants_shadow(const Call& call, const OpKey& key, const OpAggregate& agg, Th
   return it == t.table->entries.end() || it->second.shadow_step != call.step;
 }
 
-void record_backward_origin(const Producer& p, const Stats& received, std::int8_t dtype) {
-  auto& g = global();
-  NonFiniteRecord rec;
-  rec.step = p.step;
-  rec.phase = Phase::kBackward;
-  rec.layer = p.key.layer;
-  rec.op = g.ops.name(p.key.op);
-  rec.nan = received.nan > 0;
-  rec.inputs_finite = true;
-  rec.compute_dtype = dtype;  // the dtype its output gradient arrived in
-  rec.output_stats = received;
-  {
-    std::lock_guard<std::mutex> lock(g.records_mu);
-    if (g.first_nonfinite) return;
-    g.first_nonfinite = std::move(rec);
-    g.have_first_nonfinite.store(true, std::memory_order_release);
-  }
-  // The producer's own entry (already in this thread's table) counts the call as an origin.
-  auto& t = tls;
-  std::lock_guard<std::mutex> lock(t.table->mu);
-  auto it = t.table->entries.find(p.key);
-  if (it != t.table->entries.end()) {
-    ++it->second.nonfinite_from_finite;
-    if (it->second.first_nonfinite_step < 0) it->second.first_nonfinite_step = p.step;
-  }
-}
-
 /// Adds one call to its entry: moved in when the entry is new, merged otherwise; the absmax
 /// series gets the call's point directly (no per-call vector).
 void fold_call(OpAggregate& entry, OpAggregate&& one, std::int64_t step) {
   const bool finite = one.stats.finite() > 0;
   const double absmax = one.stats.absmax;
-  if (entry.calls == 0) {
+  if (entry.calls == 0 && !entry.has_nonfinite_counts()) {
     entry = std::move(one);
   } else {
     entry.merge(one);
@@ -537,42 +729,75 @@ void fold_call(OpAggregate& entry, OpAggregate&& one, std::int64_t step) {
   if (finite) append_series(entry.absmax_by_step, step, absmax);
 }
 
-void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
+/// True when the op returned one of its inputs itself (dropout with p=0, contiguous of a
+/// contiguous tensor): its values were counted where they were produced.
+bool returns_an_input(const Call& call, const std::vector<c10::IValue>& outputs) {
+  if (call.info->inplace || outputs.empty() || !outputs[0].isTensor()) return false;
+  const auto* out = outputs[0].toTensor().unsafeGetTensorImpl();
+  for (const c10::IValue& v : call.inputs)
+    if (v.isTensor() && v.toTensor().unsafeGetTensorImpl() == out) return true;
+  return false;
+}
+
+OpKey forward_key(const Call& call, const std::vector<c10::IValue>& outputs) {
   OpKey key;
   key.layer = call.layer;
   key.op = call.info->id;
   key.phase = call.phase;
   key.input_dtype = call.input_dtype;
+  const std::int8_t out_float = floating_dtype(outputs);
+  key.output_dtype = out_float >= 0 ? out_float : first_dtype(outputs);
+  key.compute_dtype = call.inner_seen && call.inner_dtype >= 0 ? call.inner_dtype
+                      : out_float >= 0                         ? out_float
+                                                               : call.input_dtype;
+  key.autocast = classify(call, key.compute_dtype);
+  return key;
+}
+
+/// A forward/optimizer call: stats of its outputs (sampled steps) or the sentinel's check
+/// (unsampled steps), provenance of any NaN/Inf, loss-scale updates, shadow re-checks.
+void finish_op(const at::RecordFunction& fn, Call& call, ThreadState& t, const OpKey& key,
+               OpAggregate& agg) {
+  const auto& outputs = fn.outputs();
+  const bool passthrough =
+      call.info->uninitialized || call.info->view || returns_an_input(call, outputs);
+  if (!call.sentinel) {
+    agg.casts = call.inner_seen ? call.pending_casts : 0;
+    agg.input_stats = std::move(call.input_stats);
+    if (!passthrough) agg.stats = stats_of(outputs);
+  } else if (!passthrough && !all_finite(outputs)) {
+    agg.stats = stats_of(outputs);  // rare: the full block of the non-finite output
+  }
+  if (agg.stats.nonfinite() > 0) {
+    on_nonfinite_output(fn, call, key, agg, t);
+  } else if (call.info->inplace) {
+    provenance().untaint(outputs);  // rewritten finite (e.g. masked_fill_ over the NaNs)
+  }
+  if (call.info->update_scale) record_loss_scale(call, call.step);
+  if (!call.sentinel && wants_shadow(call, key, agg, t)) {
+    agg.shadow_step = call.step;
+    if (auto check = recheck_fp32(fn, call.inputs, outputs)) agg.shadow.add(*check, call.step);
+  }
+}
+
+void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
   OpAggregate agg;
-  agg.calls = 1;
+  agg.calls = call.sentinel ? 0 : 1;
   agg.first_step = agg.last_step = call.step;
+  OpKey key;
   if (call.node) {
+    if (call.sentinel) return;  // the sentinel's work was done at the node's start
     key = node_key(call);
     agg.stats = std::move(call.stats);
   } else {
-    const auto& outputs = fn.outputs();
-    const std::int8_t out_float = floating_dtype(outputs);
-    key.output_dtype = out_float >= 0 ? out_float : first_dtype(outputs);
-    key.compute_dtype = call.inner_seen && call.inner_dtype >= 0 ? call.inner_dtype
-                        : out_float >= 0                         ? out_float
-                                                                 : call.input_dtype;
-    key.autocast = classify(call, key.compute_dtype);
-    agg.casts = call.inner_seen ? call.pending_casts : 0;
-    agg.input_stats = std::move(call.input_stats);
-    if (!call.info->uninitialized && !call.info->view) agg.stats = stats_of(outputs);
-    if (agg.stats.nonfinite() > 0) {
-      if (!call.inputs_checked) call.inputs_finite = all_finite(call.inputs);
-      if (call.inputs_finite) {
-        agg.nonfinite_from_finite = 1;
-        agg.first_nonfinite_step = call.step;
-      }
-      record_first_nonfinite(fn, call, key.compute_dtype, agg.stats);
-    }
-    if (call.info->update_scale) record_loss_scale(call, call.step);
-    if (wants_shadow(call, key, agg, t)) {
-      agg.shadow_step = call.step;
-      if (auto check = recheck_fp32(fn, call.inputs, outputs)) agg.shadow.add(*check, call.step);
-    }
+    key = forward_key(call, fn.outputs());
+    finish_op(fn, call, t, key, agg);
+  }
+  if (call.sentinel) {
+    if (!agg.has_nonfinite_counts()) return;
+    std::lock_guard<std::mutex> lock(t.table->mu);
+    t.table->entries[key].add_nonfinite_counts(agg);
+    return;
   }
   {
     std::lock_guard<std::mutex> lock(t.table->mu);
@@ -582,7 +807,6 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
   if (!call.node && !call.info->uninitialized && !call.info->view) device_record(fn.outputs(), *t.table, key, call.step);
   device_bind(call.ext_id, *t.table, key);
 }
-
 void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   auto& t = thread_state();
   if (ctx && dynamic_cast<EngineWrapper*>(ctx)) return;
@@ -609,37 +833,17 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
 }
 
 at::CallbackHandle g_handle = at::INVALID_CALLBACK_HANDLE;
-/// every > 1: on unsampled steps the recording callback is off and this one, which asks for no
-/// inputs or outputs (nothing is boxed), only watches for GradScaler updates that end a step.
-at::CallbackHandle g_light_handle = at::INVALID_CALLBACK_HANDLE;
 std::mutex g_control_mu;
-std::mutex g_sampling_mu;
-bool g_recording_on = true;  ///< guarded by g_sampling_mu
 
-std::unique_ptr<at::ObserverContext> on_start_light(const at::RecordFunction& fn) {
+/// A step ended: non-finite gradients of a run without a GradScaler are harmful now (with a
+/// scaler, its update decides, see resolve_pending_by_scaler).
+void on_step_end() {
   auto& g = global();
-  const char* name = fn.name();
-  if (g.running.load(std::memory_order_relaxed) && name[0] == 'a' && name == kUpdateScale) {
-    update_scale_step(g);
+  g.after_backward.store(false, std::memory_order_relaxed);
+  if (g.have_pending.load(std::memory_order_acquire) &&
+      !g.scaler_seen.load(std::memory_order_relaxed)) {
+    commit_pending();
   }
-  return nullptr;
-}
-
-/// Switches between the recording and the light callback for the step that just began.
-void apply_sampling(std::int64_t step) {
-  auto& g = global();
-  if (g.every <= 1) return;
-  std::lock_guard<std::mutex> lock(g_sampling_mu);
-  const bool want = step % g.every == 0;
-  if (!g.running.load() || want == g_recording_on) return;
-  if (want) {
-    at::reenableCallback(g_handle);
-    at::disableCallback(g_light_handle);
-  } else {
-    at::disableCallback(g_handle);
-    at::reenableCallback(g_light_handle);
-  }
-  g_recording_on = want;
 }
 
 }  // namespace
@@ -650,6 +854,7 @@ void Observer::start(const ObserverOptions& options) {
   std::lock_guard<std::mutex> lock(detail::g_control_mu);
   if (g.running.load()) throw std::logic_error("ampscope: the observer is already running");
   g.reset();
+  detail::provenance().reset();
   detail::device_start();
   {
     std::lock_guard<std::mutex> records(g.records_mu);
@@ -670,13 +875,6 @@ void Observer::start(const ObserverOptions& options) {
           .needsInputs(true)
           .needsOutputs(true)
           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
-  if (g.every > 1) {
-    detail::g_light_handle = at::addGlobalCallback(
-        at::RecordFunctionCallback(&detail::on_start_light).scopes({at::RecordScope::FUNCTION}));
-    at::disableCallback(detail::g_light_handle);
-  }
-  std::lock_guard<std::mutex> sampling(detail::g_sampling_mu);
-  detail::g_recording_on = true;
 }
 
 void Observer::stop() {
@@ -684,13 +882,8 @@ void Observer::stop() {
   std::lock_guard<std::mutex> lock(detail::g_control_mu);
   if (!g.running.load()) return;
   g.running.store(false);
-  std::lock_guard<std::mutex> sampling(detail::g_sampling_mu);
   at::removeCallback(detail::g_handle);
   detail::g_handle = at::INVALID_CALLBACK_HANDLE;
-  if (detail::g_light_handle != at::INVALID_CALLBACK_HANDLE) {
-    at::removeCallback(detail::g_light_handle);
-    detail::g_light_handle = at::INVALID_CALLBACK_HANDLE;
-  }
   detail::device_stop();
 }
 
@@ -698,7 +891,8 @@ bool Observer::running() { return detail::global().running.load(); }
 
 void Observer::mark_step() {
   detail::device_flush();  // CUDA stats and kernel records of the step: one read-back
-  detail::apply_sampling(detail::global().step.fetch_add(1) + 1);
+  detail::global().step.fetch_add(1);
+  detail::on_step_end();
 }
 
 void Observer::name_layer(LayerId id, std::string_view name) {
@@ -712,17 +906,70 @@ bool Observer::sampling_now() {
   return g.running.load() && (g.every <= 1 || g.step.load() % g.every == 0);
 }
 
-void Observer::push_layer(LayerId id) { detail::tls.layers.push_back(id); }
+void Observer::push_layer(LayerId id) {
+  auto& g = detail::global();
+  if (!g.forward_seen.load(std::memory_order_relaxed)) g.forward_seen.store(true);
+  if (g.after_backward.load(std::memory_order_relaxed)) g.after_backward.store(false);
+  detail::tls.layers.push_back(id);
+}
 void Observer::pop_layer() {
   if (!detail::tls.layers.empty()) detail::tls.layers.pop_back();
 }
-void Observer::push_phase(Phase p) { detail::tls.phases.push_back(p); }
+void Observer::push_phase(Phase p) {
+  if (p == Phase::kOptimizer) detail::global().after_backward.store(false, std::memory_order_relaxed);
+  detail::tls.phases.push_back(p);
+}
 void Observer::pop_phase() {
   if (!detail::tls.phases.empty()) detail::tls.phases.pop_back();
 }
 
 bool Observer::nonfinite_seen() {
   return detail::global().have_first_nonfinite.load(std::memory_order_acquire);
+}
+
+bool Observer::nonfinite_pending() {
+  return detail::global().running.load(std::memory_order_relaxed) && detail::provenance().any_tainted();
+}
+
+void Observer::check_module_outputs(const std::vector<at::Tensor>& outputs) {
+  auto& prov = detail::provenance();
+  if (!detail::global().running.load() || !prov.any_tainted()) return;
+  at::DisableRecordFunctionGuard no_observe;
+  for (const at::Tensor& t : outputs) {
+    const std::int64_t id = prov.origin_of(t);
+    if (id >= 0 && t.is_floating_point() && detail::has_nonfinite(t)) {
+      detail::make_harmful(id, "module_output");
+    }
+  }
+}
+
+void Observer::note_nonfinite_param_grad(LayerId layer, const std::string& param, bool nan) {
+  auto& g = detail::global();
+  if (!g.running.load() || g.have_first_nonfinite.load()) return;
+  NonFiniteRecord rec;
+  rec.step = g.step.load();
+  rec.phase = Phase::kBackward;
+  rec.layer = layer;
+  rec.op = "grad of " + param;
+  rec.nan = nan;
+  rec.inputs_finite = false;  // its producer is not known here
+  rec.reached = "parameter_gradient";
+  detail::gradient_nonfinite(std::move(rec));
+}
+
+void Observer::check_param_grad(LayerId layer, const std::string& param, const at::Tensor& grad) {
+  if (!detail::global().running.load() || detail::global().have_first_nonfinite.load()) return;
+  if (!grad.defined() || !grad.is_floating_point() || !detail::has_nonfinite(grad)) return;
+  at::DisableRecordFunctionGuard no_observe;
+  note_nonfinite_param_grad(layer, param, tensor_stats(grad).nan > 0);
+}
+
+void Observer::optimizer_step_begins() { detail::commit_pending(); }
+
+void Observer::name_param(const void* tensor_impl, LayerId layer) {
+  auto& g = detail::global();
+  std::lock_guard<std::mutex> lock(g.params_mu);
+  g.param_layers[tensor_impl] = layer;
 }
 
 std::string Observer::op_name(std::uint32_t id) { return detail::global().ops.name(id); }
@@ -739,11 +986,20 @@ ObserverSnapshot Observer::snapshot() {
       for (const auto& [key, agg] : table->entries) merged[key].merge(agg);
     }
   }
+  for (const auto& [key, n] : detail::provenance().counts()) {
+    merged[key].benign_nonfinite += n.benign;
+    merged[key].harmful_nonfinite += n.harmful;
+  }
   snap.entries.assign(merged.begin(), merged.end());
   snap.op_names = g.ops.names();
   {
     std::lock_guard<std::mutex> lock(g.records_mu);
     snap.first_nonfinite = g.first_nonfinite;
+    if (!snap.first_nonfinite && g.pending_gradient) {  // the run ended before its fate was known
+      snap.first_nonfinite = g.pending_gradient;
+    }
+    snap.scaler_caught = g.scaler_caught;
+    snap.scaler_caught_steps = g.scaler_caught_steps;
     detail::resolve_pending_loss_scales(g);
     snap.loss_scale = g.loss_scale;
     snap.loss_scale_updates = g.loss_scale_updates;

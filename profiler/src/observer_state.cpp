@@ -12,6 +12,8 @@ std::string_view phase_name(Phase p) {
     case Phase::kForward: return "forward";
     case Phase::kBackward: return "backward";
     case Phase::kOptimizer: return "optimizer";
+    case Phase::kSetup: return "setup";
+    case Phase::kBetween: return "between";
   }
   return "forward";
 }
@@ -53,21 +55,37 @@ bool OpKey::operator==(const OpKey& o) const {
          autocast == o.autocast;
 }
 
-void OpAggregate::merge(const OpAggregate& o) {
-  if (o.calls == 0) return;
-  if (calls == 0) {
-    *this = o;
-    return;
-  }
-  calls += o.calls;
-  casts += o.casts;
-  first_step = std::min(first_step, o.first_step);
-  last_step = std::max(last_step, o.last_step);
+void OpAggregate::add_nonfinite_counts(const OpAggregate& o) {
   nonfinite_from_finite += o.nonfinite_from_finite;
+  benign_nonfinite += o.benign_nonfinite;
+  harmful_nonfinite += o.harmful_nonfinite;
+  fp32_finite += o.fp32_finite;
+  fp32_nonfinite += o.fp32_nonfinite;
   if (o.first_nonfinite_step >= 0 &&
       (first_nonfinite_step < 0 || o.first_nonfinite_step < first_nonfinite_step)) {
     first_nonfinite_step = o.first_nonfinite_step;
   }
+}
+
+bool OpAggregate::has_nonfinite_counts() const {
+  return nonfinite_from_finite != 0 || benign_nonfinite != 0 || harmful_nonfinite != 0 || fp32_finite != 0 ||
+         fp32_nonfinite != 0 || first_nonfinite_step >= 0;
+}
+
+void OpAggregate::merge(const OpAggregate& o) {
+  if (calls == 0 && o.calls > 0) {
+    // Only sentinel counts here so far (unsampled steps): take o's block, keep the counts.
+    OpAggregate counts = std::move(*this);
+    *this = o;
+    add_nonfinite_counts(counts);
+    return;
+  }
+  add_nonfinite_counts(o);
+  if (o.calls == 0) return;
+  calls += o.calls;
+  casts += o.casts;
+  first_step = std::min(first_step, o.first_step);
+  last_step = std::max(last_step, o.last_step);
   stats.merge(o.stats);
   input_stats.merge(o.input_stats);
   shadow.merge(o.shadow);
@@ -220,11 +238,18 @@ void GlobalState::reset() {
   {
     std::lock_guard<std::mutex> lock(records_mu);
     first_nonfinite.reset();
+    pending_gradient.reset();
+    scaler_caught.reset();
+    scaler_caught_steps = 0;
     loss_scale.clear();
     loss_scale_updates = 0;
     step_at_last_update = 0;
   }
   have_first_nonfinite.store(false);
+  have_pending.store(false);
+  scaler_seen.store(false);
+  forward_seen.store(false);
+  after_backward.store(false);
   step.store(0);
 }
 

@@ -108,7 +108,19 @@ struct GlobalState {
 
   std::atomic<bool> have_first_nonfinite{false};
   std::mutex records_mu;
-  std::optional<NonFiniteRecord> first_nonfinite;
+  std::optional<NonFiniteRecord> first_nonfinite;  ///< origin of the first harmful NaN/Inf
+  /// Non-finite gradients of the current step, harmful unless a GradScaler catches them
+  /// (found inf, step skipped); decided when the step's fate is known.
+  std::optional<NonFiniteRecord> pending_gradient;
+  std::atomic<bool> have_pending{false};
+  std::optional<NonFiniteRecord> scaler_caught;  ///< first non-finite gradients a scaler caught
+  std::int64_t scaler_caught_steps = 0;
+  std::atomic<bool> scaler_seen{false};  ///< a GradScaler unscaled or updated in this run
+  std::atomic<bool> forward_seen{false};  ///< a layer was entered: setup is over
+  std::atomic<bool> after_backward{false};  ///< a backward ran since the last forward/step
+  /// Parameters (TensorImpl*) -> owning layer, for AccumulateGrad attribution.
+  std::mutex params_mu;
+  std::unordered_map<const void*, LayerId> param_layers;
   std::vector<LossScaleRecord> loss_scale;  ///< bounded, see append_loss_scale
   std::int64_t loss_scale_updates = 0;
   std::int64_t step_at_last_update = 0;  ///< step counter after the last GradScaler update

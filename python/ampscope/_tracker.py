@@ -2,10 +2,12 @@
 scopes. Names are the qualified named_modules() names of the outermost module; a module built on
 the fly inside a forward (not in any registered tree) counts as its innermost registered parent;
 several unrelated root models keep distinct names (later roots are prefixed by their class)."""
+import gc
 import threading
 import weakref
 
 import torch
+from torch.utils import _pytree
 from torch.nn.modules.module import (register_module_forward_hook,
                                       register_module_forward_pre_hook)
 from torch.optim.optimizer import (register_optimizer_step_post_hook,
@@ -22,6 +24,7 @@ class Tracker:
         self._local = threading.local()
         self._handles = []
         self._param_hooks = []
+        self._params = {}         # id(param) -> qualified name of its first owner (tied: once)
         self.root_callbacks = []  # called with (root, names) when a new root is registered
         self.compiled = []        # names of torch.compile'd modules seen (not observed op by op)
 
@@ -44,16 +47,51 @@ class Tracker:
             callback(root, names)
 
     def _hook_params(self, module, layer):
+        """One gradient hook per parameter, however many names reach it (tied weights such as
+        T5's shared/lm_head): the first name owns it, the others are its aliases."""
         layer_type = type(module).__name__
+        ops = _core.ops()
         for pname, param in module.named_parameters(recurse=False):
             if not param.requires_grad:
                 continue
             full = f"{layer}.{pname}" if layer else pname
+            owner = self._params.get(id(param))
+            if owner is not None:
+                ops.param_alias(owner, full)
+                continue
+            self._params[id(param)] = full
+            ops.name_param(param, layer, layer_type)
 
             def record(grad, full=full):
                 _core.ops().param_grad(full, layer, layer_type, grad)
 
             self._param_hooks.append(param.register_hook(record))
+
+    @staticmethod
+    def _owner(module):
+        """The module whose _modules holds `module` (a parent not seen yet), or None."""
+        for ref in gc.get_referrers(module):
+            if not isinstance(ref, dict):
+                continue
+            for holder in gc.get_referrers(ref):  # the parent, or its instance __dict__
+                if isinstance(holder, torch.nn.Module) and holder._modules is ref:
+                    return holder
+                if isinstance(holder, dict) and holder.get("_modules") is ref:
+                    for parent in gc.get_referrers(holder):
+                        if isinstance(parent, torch.nn.Module) and parent.__dict__ is holder:
+                            return parent
+        return None
+
+    def _outermost(self, module):
+        """The root of the model that owns `module`: calling a submodule first (e.g.
+        model.get_input_embeddings()(ids)) must not make it a root of its own."""
+        seen = {id(module)}
+        while True:
+            parent = self._owner(module)
+            if parent is None or id(parent) in seen or parent in self._names:
+                return module
+            seen.add(id(parent))
+            module = parent
 
     def _unique(self, base):
         name, n = base, 2
@@ -75,7 +113,7 @@ class Tracker:
         module = self._unwrap_compiled(module)
         name = self._names.get(module)
         if name is None and not stack:
-            self.register_root(module)
+            self.register_root(self._outermost(module))
             name = self._names.get(module)
         if name is None:
             stack.append(False)  # built on the fly: stays in its parent's scope
@@ -87,8 +125,13 @@ class Tracker:
         if torch.compiler.is_compiling():
             return
         stack = self._stack()
-        if stack and stack.pop():
-            _core.ops().pop_layer()
+        if stack and stack.pop() and _core.ops().pop_layer():
+            # some live tensor holds NaN/Inf an op made: does this module pass it on?
+            leaves = [t for t in _pytree.tree_leaves(output) if isinstance(t, torch.Tensor)]
+            if not leaves and isinstance(output, dict):
+                leaves = [t for t in output.values() if isinstance(t, torch.Tensor)]
+            if leaves:
+                _core.ops().module_outputs(leaves)
         if self._stop is not None:
             self.check_stop()
 
@@ -120,6 +163,9 @@ class Tracker:
         self._handles.append(register_optimizer_step_post_hook(self._after_optimizer_step))
 
     def _before_optimizer_step(self, optimizer, args, kwargs):
+        # the optimizer runs: a GradScaler that found inf would have skipped it, so non-finite
+        # gradients of this step are harmful now
+        _core.ops().optimizer_step_begins()
         self.check_stop()
         _core.ops().push_phase("optimizer")
 

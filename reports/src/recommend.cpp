@@ -3,13 +3,18 @@
 // orders them most severe first. Rules never read files or torch state, so every rule is
 // testable on a hand-made Report. The reason codes are documented in the README.
 //
-//   origin_rule        first_nonfinite came from finite inputs -> pin_fp32 (critical,
-//                      nonfinite_origin), or fix_model (critical, nonfinite_in_fp32) when the FP32
-//                      re-check was also non-finite or the op already computed in float32/64;
-//                      in backward -> loss_scaling (critical, grad_overflow_<format>) unless
-//                      a GradScaler ran, or fix_model for a float32 gradient.
-//   lowp_op_rule       an op computing in the run's low-precision dtype produced NaN/Inf from
-//                      finite inputs -> pin_fp32 (high, overflow_<format> | nonfinite_lowp).
+//   origin_rule        first_nonfinite, the origin of the first *harmful* NaN/Inf (one that
+//                      reached a module output, a gradient, a parameter or optimizer state) ->
+//                      pin_fp32 (critical, nonfinite_origin) when it came from finite inputs in
+//                      low precision; fix_model (critical) when the FP32 re-check was also
+//                      non-finite or the op already computed in float32/64 (nonfinite_in_fp32),
+//                      or the op was handed NaN/Inf: a NaN/inf constant (nonfinite_constant)
+//                      or values of unknown source (nonfinite_input); in backward ->
+//                      loss_scaling (critical, grad_overflow_<format>) unless a GradScaler ran,
+//                      or fix_model for a float32 gradient.
+//   lowp_op_rule       an op computing in the run's low-precision dtype produced harmful NaN/Inf
+//                      from finite inputs and its FP32 re-run was finite (or could not run) ->
+//                      pin_fp32 (high, overflow_<format> | nonfinite_lowp).
 //   precision_loss_rule  --shadow re-checks of an op erred beyond kPrecisionLossRelErr or below
 //                      kPrecisionLossCosine -> pin_fp32 (medium, precision_loss).
 //   headroom_rule      a low-precision op's output absmax is within kHeadroomWarnBinades of the
@@ -22,8 +27,9 @@
 //   loss_scale_rule    the GradScaler's scale fell below 1, or its last kCollapseRun or more
 //                      updates all found inf after a clean one -> loss_scaling (high,
 //                      loss_scale_collapse).
-// NaN/Inf that merely propagated (nonfinite_from_finite == 0) never yields a recommendation;
-// a layer with a pin or fix gets no `watch` on top.
+// NaN/Inf that merely propagated (nonfinite_from_finite == 0) or was consumed harmlessly
+// (benign_nonfinite) never yields a recommendation; a layer with a fix_model gets no pin, and a
+// layer with a pin or fix gets no `watch` on top.
 
 #include <ampscope/reports/recommend.h>
 #include <ampscope/reports/report_json.h>
@@ -86,9 +92,9 @@ bool fails_in_fp32_too(const Report& r, const std::string& layer, const std::str
          e->op == op;
 }
 
-// (a) The op that produced the run's first NaN/Inf out of finite inputs.
+// (a) The origin of the run's first harmful NaN/Inf.
 void origin_rule(const Report& r, Findings& out) {
-  if (!r.first_nonfinite || !r.first_nonfinite->inputs_finite) return;
+  if (!r.first_nonfinite) return;
   const NonFiniteEvent& e = *r.first_nonfinite;
   json origin = json::object();
   origin["step"] = e.step;
@@ -98,6 +104,8 @@ void origin_rule(const Report& r, Findings& out) {
   origin["inputs_finite"] = e.inputs_finite;
   if (!e.compute_dtype.empty()) origin["compute_dtype"] = e.compute_dtype;
   origin["fp32_recheck"] = fp32_recheck_word(e.fp32_also_nonfinite);
+  if (!e.reached.empty()) origin["reached"] = e.reached;
+  if (e.nonfinite_scalar) origin["nonfinite_scalar"] = true;
   if (e.fp32_check) origin["fp32_check"] = fp32_check_to_json(*e.fp32_check);
   if (e.output_stats) {
     origin["count"] = e.output_stats->count;
@@ -130,10 +138,15 @@ void origin_rule(const Report& r, Findings& out) {
     return;
   }
   // Already computed in float32 or wider: pinning to float32 changes nothing, so it is a
-  // model bug even when the re-check could not run.
+  // model bug even when the re-check could not run. So are NaN/Inf the op was given: a NaN/inf
+  // constant of the model's (masked_fill(mask, -inf) whose row is all masked) or non-finite
+  // values of unknown source (the data).
   const std::string cd = dtype_name(e.compute_dtype);
   const bool ran_wide = cd == "float32" || cd == "float64";
-  if (e.fp32_also_nonfinite.value_or(false) || ran_wide) {
+  if (!e.inputs_finite) {
+    f.action = "fix_model";
+    f.reasons = {e.nonfinite_scalar ? "nonfinite_constant" : "nonfinite_input"};
+  } else if (e.fp32_also_nonfinite.value_or(false) || ran_wide) {
     f.action = "fix_model";
     f.reasons = {"nonfinite_in_fp32"};
   } else {
@@ -151,6 +164,10 @@ void lowp_op_rule(const Report& r, Findings& out) {
   for (const Layer& layer : r.layers) {
     for (const OpRecord& op : layer.ops) {
       if (dtype_name(op.compute_dtype) != lowp || op.nonfinite_from_finite <= 0) continue;
+      // NaN/Inf consumed harmlessly (benign) are no finding; neither is an op that is
+      // non-finite in float32 too: a pin cannot fix a model bug.
+      if (op.harmful_nonfinite <= 0) continue;
+      if (op.fp32_nonfinite > 0 && op.fp32_finite == 0) continue;
       // Gradients that overflow are a matter of scale, not of one layer's precision
       // (origin_rule and the GradScaler deal with them): never a pin.
       if (op.phase == "backward") continue;
@@ -162,6 +179,8 @@ void lowp_op_rule(const Report& r, Findings& out) {
       ev["calls"] = op.calls;
       ev["compute_dtype"] = op.compute_dtype;
       ev["nonfinite_from_finite"] = op.nonfinite_from_finite;
+      ev["harmful_nonfinite"] = op.harmful_nonfinite;
+      ev["fp32_finite"] = op.fp32_finite;
       ev["first_step"] = op.first_nonfinite_step;
       ev["nan"] = op.stats.nan;
       ev["posinf"] = op.stats.posinf;
@@ -468,6 +487,15 @@ std::vector<Recommendation> merge(Findings findings) {
         it->reasons.push_back(std::move(reason));
     merge_evidence(it->evidence, f.evidence);
   }
+  // A layer whose problem is a model bug gets no pin: a pin cannot fix it.
+  recs.erase(std::remove_if(recs.begin(), recs.end(),
+                            [&](const Recommendation& p) {
+                              return p.action == "pin_fp32" &&
+                                     std::any_of(recs.begin(), recs.end(), [&](const Recommendation& o) {
+                                       return o.layer == p.layer && o.action == "fix_model";
+                                     });
+                            }),
+             recs.end());
   // A layer that is pinned or must be fixed needs no watch on top.
   recs.erase(std::remove_if(recs.begin(), recs.end(),
                             [&](const Recommendation& w) {

@@ -131,6 +131,10 @@ ojson op_to_ojson(const OpRecord& op) {
   o["last_step"] = op.last_step;
   o["nonfinite_from_finite"] = op.nonfinite_from_finite;
   o["first_nonfinite_step"] = op.first_nonfinite_step;
+  o["benign_nonfinite"] = op.benign_nonfinite;
+  o["harmful_nonfinite"] = op.harmful_nonfinite;
+  o["fp32_finite"] = op.fp32_finite;
+  o["fp32_nonfinite"] = op.fp32_nonfinite;
   o["stats"] = stats_to_ojson(op.stats);
   if (op.input_stats) o["input_stats"] = stats_to_ojson(*op.input_stats);
   if (op.shadow.checks > 0) {
@@ -155,6 +159,7 @@ ojson param_to_ojson(const ParamRecord& p) {
   o["dtype"] = p.dtype;
   o["updates"] = p.updates;
   o["grad"] = stats_to_ojson(p.grad);
+  if (!p.aliases.empty()) o["aliases"] = p.aliases;
   return o;
 }
 
@@ -211,6 +216,9 @@ ojson nonfinite_to_ojson(const NonFiniteEvent& e) {
   o["compute_dtype"] = e.compute_dtype;
   o["output_stats"] = e.output_stats ? stats_to_ojson(*e.output_stats) : ojson(nullptr);
   o["rank"] = e.rank;
+  o["nonfinite_scalar"] = e.nonfinite_scalar;
+  o["reached"] = e.reached;
+  o["reached_step"] = e.reached_step;
   return o;
 }
 
@@ -266,6 +274,12 @@ ojson report_to_ojson(const Report& r) {
   }
   o["layers"] = std::move(layers);
   o["first_nonfinite"] = r.first_nonfinite ? nonfinite_to_ojson(*r.first_nonfinite) : ojson(nullptr);
+  if (r.scaler_caught) {
+    ojson sc = ojson::object();
+    sc["steps"] = r.scaler_caught->steps;
+    sc["first"] = nonfinite_to_ojson(r.scaler_caught->first);
+    o["nonfinite_caught_by_scaler"] = std::move(sc);
+  }
   if (!r.first_nonfinite_by_rank.empty()) {
     ojson by_rank = ojson::array();
     for (const NonFiniteEvent& e : r.first_nonfinite_by_rank) by_rank.push_back(nonfinite_to_ojson(e));
@@ -377,6 +391,12 @@ class Obj {
     if (!v.is_boolean()) type_error(path(key), "boolean", v);
     return v.get<bool>();
   }
+  bool boolean_or(const std::string& key, bool def) const {
+    const json* v = find(key);
+    if (!v || v->is_null()) return def;
+    if (!v->is_boolean()) type_error(path(key), "boolean", *v);
+    return v->get<bool>();
+  }
   const json& array(const std::string& key) const {
     const json& v = need(key);
     if (!v.is_array()) type_error(path(key), "array", v);
@@ -476,7 +496,7 @@ OpRecord op_from_json(const json& j, const std::string& where) {
   OpRecord op;
   op.op = o.str("op");
   op.phase = o.str("phase");
-  check_one_of(op.phase, {"forward", "backward", "optimizer"}, o.path("phase"));
+  check_one_of(op.phase, {"forward", "backward", "optimizer", "setup", "between"}, o.path("phase"));
   op.calls = o.int64("calls");
   op.input_dtype = o.str("input_dtype");
   op.compute_dtype = o.str("compute_dtype");
@@ -491,6 +511,10 @@ OpRecord op_from_json(const json& j, const std::string& where) {
   op.last_step = o.int64_or("last_step", op.first_step);
   op.nonfinite_from_finite = o.int64_or("nonfinite_from_finite", 0);
   op.first_nonfinite_step = o.int64_or("first_nonfinite_step", -1);
+  op.benign_nonfinite = o.int64_or("benign_nonfinite", 0);
+  op.harmful_nonfinite = o.int64_or("harmful_nonfinite", op.nonfinite_from_finite);
+  op.fp32_finite = o.int64_or("fp32_finite", 0);
+  op.fp32_nonfinite = o.int64_or("fp32_nonfinite", 0);
   if (const json* sh = o.find("shadow"); sh && !sh->is_null()) {
     Obj so(*sh, o.path("shadow"));
     op.shadow.checks = so.int64("checks");
@@ -521,6 +545,10 @@ ParamRecord param_from_json(const json& j, const std::string& where) {
   p.dtype = o.str("dtype");
   p.grad = stats_from_json(o.need("grad"), o.path("grad"));
   p.updates = o.int64_or("updates", 0);
+  if (const json* al = o.array_or_null("aliases")) {
+    for (std::size_t i = 0; i < al->size(); ++i)
+      p.aliases.push_back(Obj::as_string((*al)[i], index(o.path("aliases"), i)));
+  }
   return p;
 }
 
@@ -595,6 +623,9 @@ NonFiniteEvent nonfinite_from_json(const json& j, const std::string& where) {
     c.fp32_absmax = co.number("fp32_absmax", kNaN);
     e.fp32_check = c;
   }
+  e.nonfinite_scalar = o.boolean_or("nonfinite_scalar", false);
+  e.reached = o.str_or("reached", "");
+  e.reached_step = o.int64_or("reached_step", -1);
   e.compute_dtype = o.str_or("compute_dtype", "");
   if (const json* st = o.find("output_stats"); st && !st->is_null())
     e.output_stats = stats_from_json(*st, o.path("output_stats"));
@@ -692,6 +723,13 @@ Report report_from_json(const json& j) {
   }
   const json& fnf = o.need("first_nonfinite");
   if (!fnf.is_null()) r.first_nonfinite = nonfinite_from_json(fnf, "first_nonfinite");
+  if (const json* sc = o.find("nonfinite_caught_by_scaler"); sc && !sc->is_null()) {
+    Obj so(*sc, "nonfinite_caught_by_scaler");
+    ScalerCaught c;
+    c.steps = so.int64("steps");
+    c.first = nonfinite_from_json(so.need("first"), so.path("first"));
+    r.scaler_caught = c;
+  }
   if (const json* by_rank = o.array_or_null("first_nonfinite_by_rank")) {
     for (std::size_t i = 0; i < by_rank->size(); ++i)
       r.first_nonfinite_by_rank.push_back(

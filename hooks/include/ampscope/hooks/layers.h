@@ -46,6 +46,7 @@ struct ParamGradInfo {
   LayerId layer = kOutsideLayerId;  ///< the module that registers it
   std::int64_t updates = 0;
   Stats grad;
+  std::vector<std::string> aliases;  ///< other names of the same (tied) parameter
 };
 /// Snapshot of every attached parameter's gradient record, in attach order.
 std::vector<ParamGradInfo> param_grads();
@@ -53,6 +54,8 @@ std::vector<ParamGradInfo> param_grads();
 /// Python): creates its record, owned by `layer` (registered with `layer_type`), on first use.
 void record_param_grad(const std::string& name, const std::string& layer,
                        const std::string& layer_type, const at::Tensor& grad);
+/// Records that `alias` names the same parameter as `name` (tied weights): one record.
+void record_param_alias(const std::string& name, const std::string& alias);
 /// Zeroes every gradient record (parameters stay attached).
 void reset_param_grads();
 
@@ -81,6 +84,10 @@ class LayerScope {
   LayerScope& operator=(const LayerScope&) = delete;
   /// True when this scope's layer is pinned to float32 (autocast is off inside it).
   bool pinned() const { return !autocast_off_.empty(); }
+  /// Marks `t` as the layer's output and returns it: NaN/Inf it carries are harmful (they leave
+  /// the layer), as a Python module's outputs are; NaN/Inf consumed inside stay benign.
+  /// ampscope::forward does this for the module's result.
+  const at::Tensor& returns(const at::Tensor& t) const;
 
  private:
   void enter(LayerId id);
@@ -108,7 +115,14 @@ decltype(auto) maybe_fp32(T&& v, bool pin) {
 template <typename Holder, typename... Args>
 decltype(auto) forward(Holder& module, Args&&... args) {
   LayerScope scope(*module);
-  return module->forward(detail::maybe_fp32(std::forward<Args>(args), scope.pinned())...);
+  using Result = decltype(module->forward(detail::maybe_fp32(std::forward<Args>(args), false)...));
+  if constexpr (std::is_same_v<std::decay_t<Result>, at::Tensor>) {
+    at::Tensor out = module->forward(detail::maybe_fp32(std::forward<Args>(args), scope.pinned())...);
+    scope.returns(out);
+    return out;
+  } else {
+    return module->forward(detail::maybe_fp32(std::forward<Args>(args), scope.pinned())...);
+  }
 }
 
 /// Marks the ops on this thread as optimizer work while alive.

@@ -17,14 +17,20 @@
 #include <string_view>
 #include <vector>
 
+namespace at {
+class Tensor;
+}
+
 namespace ampscope {
 
 /// Layer ids are issued by the layer registry (hooks/). 0 is "<outside>".
 using LayerId = std::int32_t;
 inline constexpr LayerId kOutsideLayerId = 0;
 
-enum class Phase : std::uint8_t { kForward = 0, kBackward, kOptimizer };
-/// "forward" | "backward" | "optimizer".
+/// kSetup: before the first forward of the run (model construction, initialisation);
+/// kBetween: after a backward pass and before the optimizer step (clipping, unscaling).
+enum class Phase : std::uint8_t { kForward = 0, kBackward, kOptimizer, kSetup, kBetween };
+/// "forward" | "backward" | "optimizer" | "setup" | "between".
 std::string_view phase_name(Phase p);
 
 /// What autocast did to an op call.
@@ -71,16 +77,30 @@ struct OpAggregate {
   std::int64_t last_step = 0;
   std::int64_t nonfinite_from_finite = 0;
   std::int64_t first_nonfinite_step = -1;
+  /// Calls that created NaN/Inf which never reached a module output, a gradient, a parameter
+  /// or optimizer state (consumed harmlessly, e.g. an -inf mask through softmax).
+  std::int64_t benign_nonfinite = 0;
+  /// Calls that created NaN/Inf from finite inputs that did reach one of those.
+  std::int64_t harmful_nonfinite = 0;
+  /// FP32 re-runs of calls that created NaN/Inf from finite inputs: finite / also non-finite.
+  std::int64_t fp32_finite = 0;
+  std::int64_t fp32_nonfinite = 0;
   Stats stats;
   Stats input_stats;  ///< the calls' floating inputs (ObserverOptions::input_stats only)
   std::vector<std::pair<std::int64_t, double>> absmax_by_step;  ///< bounded, down-sampled
   ShadowSummary shadow;              ///< --shadow re-checks (checks == 0: none)
   KernelSummary kernels;             ///< CUDA kernels/copies of its calls (CUPTI; empty: none)
   std::int64_t shadow_step = -1;     ///< last step a shadow re-check ran for this entry
+  /// Adds another aggregate of the same key. Aggregates with no calls carry only the
+  /// non-finite counts the sentinel took on unsampled steps.
   void merge(const OpAggregate& other);
+  /// Adds the non-finite counts (origins, benign, FP32 re-runs, first step) only.
+  void add_nonfinite_counts(const OpAggregate& other);
+  bool has_nonfinite_counts() const;
 };
 
-/// The first op call whose outputs held a non-finite value.
+/// The op call that created non-finite values (the origin of the first harmful ones, in a
+/// snapshot's first_nonfinite).
 struct NonFiniteRecord {
   std::int64_t step = 0;
   Phase phase = Phase::kForward;
@@ -88,6 +108,13 @@ struct NonFiniteRecord {
   std::string op;
   bool nan = false;  ///< true: NaN, false: inf
   bool inputs_finite = true;
+  /// A scalar argument was NaN/inf (e.g. masked_fill(mask, -inf)): the values came from the
+  /// model's own constant, not from arithmetic.
+  bool nonfinite_scalar = false;
+  /// What the values reached first: "module_output" | "gradient" | "parameter_gradient" |
+  /// "optimizer" | "end_of_run" ("" while not known to be harmful).
+  std::string reached;
+  std::int64_t reached_step = -1;  ///< the step at which they reached it
   std::optional<bool> fp32_also_nonfinite;
   std::optional<Fp32Check> fp32_check;  ///< the re-run's comparison, when it ran
   std::int8_t compute_dtype = -1;
@@ -104,7 +131,10 @@ struct LossScaleRecord {
 struct ObserverSnapshot {
   std::vector<std::pair<OpKey, OpAggregate>> entries;
   std::vector<std::string> op_names;  ///< index = OpKey::op
-  std::optional<NonFiniteRecord> first_nonfinite;
+  std::optional<NonFiniteRecord> first_nonfinite;  ///< origin of the first harmful NaN/Inf
+  /// Non-finite gradients a GradScaler caught (found inf, step skipped): the first one's origin.
+  std::optional<NonFiniteRecord> scaler_caught;
+  std::int64_t scaler_caught_steps = 0;  ///< steps whose non-finite gradients the scaler caught
   std::vector<LossScaleRecord> loss_scale;  ///< bounded: older points thinned past kMaxLossScale
   std::int64_t loss_scale_updates = 0;      ///< every update seen, kept or thinned
   std::int64_t steps = 0;  ///< completed steps
@@ -129,8 +159,26 @@ class Observer {
   static std::int64_t current_step();
   /// True while running and the current step is one that `every` samples.
   static bool sampling_now();
-  /// True once some op has produced a NaN/Inf in this run (the first one is recorded).
+  /// True once a harmful NaN/Inf was seen in this run (its origin is recorded): one that reached
+  /// a module output, a gradient, a parameter or optimizer state. NaN/Inf consumed harmlessly
+  /// (benign) never count.
   static bool nonfinite_seen();
+  /// Checks tensors a module returned: tainted ones holding NaN/Inf make their origin harmful.
+  /// Cheap when nothing is tainted (one atomic load).
+  static void check_module_outputs(const std::vector<at::Tensor>& outputs);
+  /// True while some live tensor may hold NaN/Inf created by an observed op.
+  static bool nonfinite_pending();
+  /// A parameter gradient held NaN/Inf (gradient hooks). `layer` owns the parameter.
+  static void note_nonfinite_param_grad(LayerId layer, const std::string& param, bool nan);
+  /// The sentinel on a parameter gradient of an unsampled step: checks it for NaN/Inf (CPU
+  /// tensors; one read) and notes it as above.
+  static void check_param_grad(LayerId layer, const std::string& param, const at::Tensor& grad);
+  /// The optimizer is about to use the gradients: a non-finite gradient seen in this step is
+  /// harmful (a GradScaler that found inf would not have called the optimizer).
+  static void optimizer_step_begins();
+  /// Registers the parameter behind an AccumulateGrad node (its TensorImpl) with its layer, so
+  /// the node's work is attributed to the layer that owns the parameter.
+  static void name_param(const void* tensor_impl, LayerId layer);
 
   /// Tells the observer the name of a layer id (for ObserverOptions::layers); the layer
   /// registry calls it for every id it issues. Ids may be renamed (registry reset).

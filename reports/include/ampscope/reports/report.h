@@ -23,8 +23,8 @@ inline constexpr const char* kOutsideLayer = "<outside>";
 /// One aggregated op entry of a layer, keyed by (op, phase, input, compute, output dtype).
 struct OpRecord {
   std::string op;             ///< "aten::linear", or an autograd node name such as "AddmmBackward0"
-  std::string phase;          ///< "forward" | "backward" | "optimizer"
-  std::int64_t calls = 0;
+  std::string phase;          ///< "forward" | "backward" | "optimizer" | "setup" | "between"
+  std::int64_t calls = 0;     ///< calls with full stats (sampled steps); 0: seen by the sentinel only
   std::string input_dtype;    ///< dtype of the floating inputs as written ("" when none)
   std::string compute_dtype;  ///< dtype the op computed in
   std::string output_dtype;   ///< dtype it returned ("" when no tensor)
@@ -36,6 +36,14 @@ struct OpRecord {
   /// produced them (an origin), as opposed to passing on someone else's.
   std::int64_t nonfinite_from_finite = 0;
   std::int64_t first_nonfinite_step = -1;  ///< step of the first such call (-1: none)
+  /// Calls that created NaN/Inf (from finite inputs or from a NaN/inf constant) that never
+  /// reached a module output, a gradient, a parameter or optimizer state: consumed harmlessly.
+  std::int64_t benign_nonfinite = 0;
+  /// Calls that created NaN/Inf from finite inputs that did reach one of those (harmful).
+  std::int64_t harmful_nonfinite = 0;
+  /// FP32 re-runs of calls that made NaN/Inf from finite inputs: finite / also non-finite.
+  std::int64_t fp32_finite = 0;
+  std::int64_t fp32_nonfinite = 0;
   Stats stats;                ///< outputs (forward/optimizer); incoming gradients (backward)
   /// Floating inputs of the calls; only when the run took input stats (run.sampling).
   std::optional<Stats> input_stats;
@@ -53,6 +61,8 @@ struct ParamRecord {
   std::string dtype;  ///< the parameter's dtype
   std::int64_t updates = 0;  ///< backward passes that produced a gradient
   Stats grad;
+  /// Other names that reach the same parameter (tied weights): counted once, under `name`.
+  std::vector<std::string> aliases;
 };
 
 struct Layer {
@@ -107,6 +117,19 @@ struct NonFiniteEvent {
   std::string compute_dtype;
   std::optional<Stats> output_stats;
   int rank = 0;                ///< the rank that saw it (merged reports)
+  /// A scalar argument was NaN/inf (masked_fill(mask, -inf)): the model's own constant.
+  bool nonfinite_scalar = false;
+  /// What the values reached first: "module_output" | "gradient" | "parameter_gradient" |
+  /// "optimizer" ("" in reports of older versions).
+  std::string reached;
+  std::int64_t reached_step = -1;
+};
+
+/// Non-finite gradients a GradScaler caught (found inf, optimizer step skipped, scale backed
+/// off): the scaler doing its job, information rather than a failure.
+struct ScalerCaught {
+  std::int64_t steps = 0;  ///< steps whose non-finite gradients it caught
+  NonFiniteEvent first;    ///< where the first of them came from
 };
 
 struct LossScalePoint {
@@ -130,6 +153,7 @@ struct Report {
   /// Merged reports: every rank's own first non-finite event (empty for one process).
   std::vector<NonFiniteEvent> first_nonfinite_by_rank;
   std::vector<LossScalePoint> loss_scale;
+  std::optional<ScalerCaught> scaler_caught;  ///< JSON "nonfinite_caught_by_scaler"
   std::vector<Recommendation> recommendations;
 
   /// The layer called `name`, or nullptr.
