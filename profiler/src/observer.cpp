@@ -37,6 +37,7 @@ struct OpInfo {
   bool inplace = false;        ///< mutates its first argument (name ends in '_')
   bool cast = false;           ///< aten::to / aten::_to_copy: a cast autocast may insert
   bool update_scale = false;   ///< aten::_amp_update_scale_: a GradScaler update
+  bool host_read = false;      ///< aten::item / _local_scalar_dense: a value read by the host
   bool uninitialized = false;  ///< returns uninitialized memory (aten::empty...): no stats
   bool internal = false;       ///< ampscope's own ops (the Python bridge): never recorded
   bool filtered_out = false;   ///< excluded by ObserverOptions::ops: never recorded
@@ -75,6 +76,7 @@ OpInfo make_info(const at::RecordFunction& fn, std::string_view name) {
   info.inplace = !name.empty() && name.back() == '_' && name.rfind("aten::", 0) == 0;
   info.cast = name == "aten::to" || name == "aten::_to_copy";
   info.update_scale = name == "aten::_amp_update_scale_";
+  info.host_read = name == "aten::item" || name == "aten::_local_scalar_dense";
   info.internal = name.rfind("ampscope::", 0) == 0;
   info.filtered_out = !global().op_filter.allows(name);
   info.uninitialized = name == "aten::empty" || name == "aten::empty_like" ||
@@ -135,6 +137,7 @@ struct ThreadState {
   std::unordered_map<const char*, OpInfo> by_pointer;   // dispatcher names are stable pointers
   std::unordered_map<std::string, OpInfo> by_name;      // autograd node names are not
   int graph_task = -2;                                  // the backward pass `producers` is of
+  int loss_task = -2;                                   // the backward pass whose loss was checked
   std::unordered_map<const void*, Producer> producers;  // consumer node -> its producer
 };
 
@@ -340,6 +343,8 @@ void track_backward_origin(ThreadState& t, const Call& call) {
   }
 }
 
+void check_loss(ThreadState& t);
+
 /// The layer that owns the parameter an AccumulateGrad node accumulates into (-1: not known).
 LayerId accumulate_grad_layer() {
   auto node = torch::autograd::get_current_node();
@@ -363,6 +368,7 @@ void start_backward_top(ThreadState& t, const at::RecordFunction& fn, Call& call
   call.phase = Phase::kBackward;
   call.node = true;
   global().after_backward.store(true, std::memory_order_relaxed);
+  check_loss(t);
   call.layer = backward_layer(t, fn);
   t.backward_layer = call.layer;
   if (!global().layer_filter.included(call.layer)) {
@@ -699,7 +705,35 @@ void on_nonfinite_output(const at::RecordFunction& fn, Call& call, const OpKey& 
     id = prov.add(std::move(o));
   }
   prov.taint(fn.outputs(), id);
+  prov.taint_nodes(fn.outputs(), id);
   if (call.phase == Phase::kOptimizer) make_harmful(id, "optimizer");
+}
+
+/// The host read a value (loss.item(), printing): NaN/Inf it held have left the program's
+/// tensors and reached the user.
+void check_host_read(const Call& call) {
+  auto& prov = provenance();
+  if (!prov.any_tainted() || call.inputs.empty() || !call.inputs[0].isTensor()) return;
+  const at::Tensor& t = call.inputs[0].toTensor();
+  const std::int64_t id = prov.origin_of(t);
+  if (id >= 0 && t.is_floating_point() && has_nonfinite(t)) make_harmful(id, "host_read");
+}
+
+/// A backward pass starts from the loss's grad_fn (after GraphRoot): a loss some origin made
+/// non-finite is harmful, whatever the gradients look like (log of a negative is NaN in the
+/// loss but its gradient is finite).
+void check_loss(ThreadState& t) {
+  const int task = torch::autograd::get_current_graph_task_id();
+  if (task == t.loss_task || !provenance().any_tainted()) return;
+  t.loss_task = task;
+  auto node = torch::autograd::get_current_node();
+  if (!node) return;
+  auto check = [](const torch::autograd::Node* n) {
+    if (auto id = provenance().origin_of_node(n); id >= 0) make_harmful(id, "loss");
+  };
+  check(node.get());
+  for (const auto& edge : node->next_edges())  // GraphRoot's edges lead to the loss(es)
+    if (edge.function) check(edge.function.get());
 }
 
 // ---- folding calls into entries -------------------------------------------------------------
@@ -774,6 +808,7 @@ void finish_op(const at::RecordFunction& fn, Call& call, ThreadState& t, const O
     provenance().untaint(outputs);  // rewritten finite (e.g. masked_fill_ over the NaNs)
   }
   if (call.info->update_scale) record_loss_scale(call, call.step);
+  if (call.info->host_read) check_host_read(call);
   if (!call.sentinel && wants_shadow(call, key, agg, t)) {
     agg.shadow_step = call.step;
     if (auto check = recheck_fp32(fn, call.inputs, outputs)) agg.shadow.add(*check, call.step);

@@ -39,6 +39,7 @@ void for_each_stored(const std::vector<c10::IValue>& values, F&& f) {
 void Provenance::reset() {
   std::lock_guard<std::mutex> lock(mu_);
   taints_.clear();
+  nodes_.clear();
   origins_.clear();
   folded_.clear();
   next_id_ = 0;
@@ -78,6 +79,21 @@ std::int64_t Provenance::origin_of(const std::vector<c10::IValue>& values) {
     if (it != taints_.end() && !it->second.storage.expired()) found = it->second.origin;
   });
   return found;
+}
+
+void Provenance::taint_nodes(const std::vector<c10::IValue>& values, std::int64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = nodes_.begin(); it != nodes_.end();)
+    it = it->second.node.expired() ? nodes_.erase(it) : std::next(it);
+  for_each_stored(values, [&](const at::Tensor& t, const c10::StorageImpl*) {
+    if (auto fn = t.grad_fn()) nodes_.insert_or_assign(fn.get(), NodeTaint{fn, id});
+  });
+}
+
+std::int64_t Provenance::origin_of_node(const torch::autograd::Node* node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = nodes_.find(node);
+  return it != nodes_.end() && !it->second.node.expired() ? it->second.origin : -1;
 }
 
 std::int64_t Provenance::origin_of(const at::Tensor& t) {

@@ -12,6 +12,7 @@
 #include <ampscope/profiler/observer.h>
 
 #include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/function.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/intrusive_ptr.h>
 
@@ -50,6 +51,11 @@ class Provenance {
   std::int64_t origin_of(const std::vector<c10::IValue>& values);
   /// The origin of one tensor's storage (-1 when untainted).
   std::int64_t origin_of(const at::Tensor& t);
+  /// Remembers the autograd nodes (grad_fn) of the tensors in `values` as made by origin `id`:
+  /// a backward pass that starts from one of them differentiates a non-finite loss.
+  void taint_nodes(const std::vector<c10::IValue>& values, std::int64_t id);
+  /// The origin whose values a node's forward output held (-1 when none).
+  std::int64_t origin_of_node(const torch::autograd::Node* node);
   /// The latest forward origin of `step` whose values are still alive somewhere (held by a
   /// tensor, e.g. saved for backward): a gradient going non-finite then most likely carries it.
   std::int64_t live_forward_origin(std::int64_t step);
@@ -78,6 +84,11 @@ class Provenance {
   std::mutex mu_;
   std::atomic<std::int64_t> tainted_{0};
   std::unordered_map<const c10::StorageImpl*, Taint> taints_;
+  struct NodeTaint {
+    std::weak_ptr<torch::autograd::Node> node;
+    std::int64_t origin = -1;
+  };
+  std::unordered_map<const torch::autograd::Node*, NodeTaint> nodes_;
   std::map<std::int64_t, Origin> origins_;  ///< by id, in creation order
   std::int64_t next_id_ = 0;
   std::unordered_map<OpKey, Counts, OpKeyHash> folded_;

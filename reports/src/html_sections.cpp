@@ -109,8 +109,13 @@ namespace {
 /// The one-line diagnosis under the verdict: precision problem, model bug, gradient scale, ...
 std::string diagnosis(const Report& r, const NonFiniteEvent& e) {
   std::string low = e.compute_dtype.empty() ? "low precision" : dtypes::bare(e.compute_dtype);
+  if (!e.inputs_finite && e.nonfinite_scalar)
+    return "<b>Model bug, not a precision problem.</b> The op was given a NaN/inf constant (e.g. "
+           "masked_fill with -inf over a fully masked row) and its values reached the model's "
+           "outputs: fix the model, pinning will not help.";
   if (!e.inputs_finite)
-    return "<b>Propagated.</b> The op's inputs were already non-finite; its origin was not seen.";
+    return "<b>Non-finite input.</b> The op was handed NaN/Inf whose origin was not seen (the "
+           "data, or a tensor made outside the profiled region): fix the input.";
   if (e.fp32_also_nonfinite && *e.fp32_also_nonfinite)
     return "<b>Model bug, not a precision problem.</b> Re-run in float32 the op is non-finite "
            "too (e.g. log(0), 0/0, exp of a huge value): fix the model, pinning will not help.";
@@ -136,10 +141,16 @@ void verdict_clean(const Report& r, std::string& out) {
   out +=
       std::string("<section id=\"verdict\" class=\"banner ") + (advice ? "warn" : "clean") + "\">";
   out += "<div class=\"icon\">" + std::string(advice ? "!" : "✓") + "</div><div>";
-  out += "<h2>Clean: no NaN or Inf in " + std::to_string(r.run.steps) + " step(s)</h2>";
+  out += "<h2>Clean: no harmful NaN or Inf in " + std::to_string(r.run.steps) + " step(s)</h2>";
   out += advice ? fmt::format("<p>but {} recommendation(s) below: see why.</p>",
                               r.recommendations.size())
                 : "<p>No layer needs a precision change.</p>";
+  if (const std::int64_t benign = text::benign_total(r); benign > 0)
+    out += fmt::format("<p class=\"muted\">{} op call(s) made NaN/Inf that later ops consumed "
+                       "harmlessly (e.g. -inf masks through softmax, log(0) discarded by where): "
+                       "counted as <code>benign_nonfinite</code>, never recommended.</p>",
+                       benign);
+  if (r.scaler_caught) out += "<p class=\"muted\">" + esc(text::scaler_caught_line(r)) + ".</p>";
   out += "</div></section>\n";
 }
 
@@ -149,7 +160,10 @@ void verdict_section(const Report& r, std::string& out) {
   if (!r.first_nonfinite) return verdict_clean(r, out);
   const NonFiniteEvent& e = *r.first_nonfinite;
   out += "<section id=\"verdict\" class=\"banner bad\"><div class=\"icon\">✕</div><div>";
-  out += fmt::format("<h2>First non-finite value ({}) at step {}</h2>", esc(e.kind), e.step);
+  out += fmt::format("<h2>First harmful non-finite value ({}) at step {}</h2>", esc(e.kind), e.step);
+  if (!e.reached.empty())
+    out += "<p class=\"muted\">It reached a " + esc(text::replace_all(e.reached, "_", " ")) +
+           " at step " + std::to_string(e.reached_step) + ".</p>";
   out += "<p class=\"where\">layer " + layer_link(e.layer) + " · op <code>" + esc(e.op) +
          "</code> · " + esc(e.phase) + " pass";
   if (!e.compute_dtype.empty()) out += " · computed in " + esc(dtypes::bare(e.compute_dtype));

@@ -87,15 +87,54 @@ inline std::string dtype_chain(const OpRecord& op) {
 }
 
 /// The verdict sentence on the run's first non-finite value (or that it was clean).
+/// `s` with every `from` replaced by `to`.
+inline std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (std::size_t i = s.find(from); i != std::string::npos; i = s.find(from, i + to.size()))
+    s.replace(i, from.size(), to);
+  return s;
+}
+
+/// Calls that made NaN/Inf which were consumed harmlessly (never reached anything).
+inline std::int64_t benign_total(const Report& r) {
+  std::int64_t n = 0;
+  for (const Layer& l : r.layers)
+    for (const OpRecord& op : l.ops) n += op.benign_nonfinite;
+  return n;
+}
+
+/// "GradScaler caught non-finite gradients in N step(s), first from layer L, op O at step S".
+inline std::string scaler_caught_line(const Report& r) {
+  if (!r.scaler_caught) return "";
+  const NonFiniteEvent& e = r.scaler_caught->first;
+  return fmt::format("GradScaler skipped {} step(s) on non-finite gradients (first at step {}: "
+                     "layer {}, op {}) — its job, not a failure",
+                     r.scaler_caught->steps, e.step, layer_label(e.layer), e.op);
+}
+
+/// Where the first harmful values came from, in words.
+inline std::string origin_words(const NonFiniteEvent& e) {
+  if (e.inputs_finite) return "from finite inputs";
+  return e.nonfinite_scalar ? "from a NaN/inf constant" : "handed non-finite inputs";
+}
+
 inline std::string verdict(const Report& r) {
-  if (!r.first_nonfinite) return "clean: no NaN/Inf seen";
+  if (!r.first_nonfinite) {
+    std::string s = "clean: no harmful NaN/Inf";
+    if (const std::int64_t benign = benign_total(r); benign > 0)
+      s += fmt::format(" ({} op call(s) made NaN/Inf that were consumed harmlessly)", benign);
+    if (r.scaler_caught) s += "; " + scaler_caught_line(r);
+    return s;
+  }
   const NonFiniteEvent& e = *r.first_nonfinite;
   std::string recheck = !e.fp32_also_nonfinite ? "not run"
                         : *e.fp32_also_nonfinite ? "also non-finite"
                                                  : "finite";
-  return fmt::format("first non-finite: step {}, phase {}, layer {}, op {} ({}) — {}; FP32 re-check: {}",
-                     e.step, e.phase, layer_label(e.layer), e.op, e.kind,
-                     e.inputs_finite ? "from finite inputs" : "propagated", recheck);
+  std::string reached = e.reached.empty() ? "" : fmt::format("; reached a {} at step {}",
+                                                           replace_all(e.reached, "_", " "),
+                                                           e.reached_step);
+  return fmt::format("first non-finite: step {}, phase {}, layer {}, op {} ({}) — {}{}; FP32 re-check: {}",
+                     e.step, e.phase, layer_label(e.layer), e.op, e.kind, origin_words(e), reached,
+                     recheck);
 }
 
 /// A short line of a recommendation's key evidence.

@@ -48,7 +48,7 @@ def test_run_passes_shadow_and_stop_on_nonfinite_to_python(cli, tmp_path):
             with torch.autocast("cpu", dtype=torch.bfloat16):
                 y = m(torch.ones(2, 4))
             if step == 1:
-                torch.log(y.float() * 0 - 1)  # NaN from finite inputs
+                print(float(torch.log(y.float() * 0 - 1).sum()))  # NaN from finite inputs, read
             torch.optim.SGD(m.parameters(), lr=0.0).step()
         print("finished")
     """))
