@@ -383,7 +383,7 @@ TEST(HtmlSections, VerdictSaysPrecisionProblemOrModelBug) {
   Report r = nan_report();
   std::string html = render_html(r);
   EXPECT_NE(html.find("banner bad"), std::string::npos);
-  EXPECT_NE(html.find("First non-finite value (inf) at step 7"), std::string::npos);
+  EXPECT_NE(html.find("First harmful non-finite value (inf) at step 7"), std::string::npos);
   EXPECT_NE(html.find("Precision problem"), std::string::npos);
   r.first_nonfinite->fp32_also_nonfinite = true;
   html = render_html(r);
@@ -392,7 +392,7 @@ TEST(HtmlSections, VerdictSaysPrecisionProblemOrModelBug) {
   Report clean = base_report();
   html = render_html(clean);
   EXPECT_NE(html.find("banner clean"), std::string::npos);
-  EXPECT_NE(html.find("Clean: no NaN or Inf in 12 step(s)"), std::string::npos);
+  EXPECT_NE(html.find("Clean: no harmful NaN or Inf in 12 step(s)"), std::string::npos);
   EXPECT_NE(html.find("None: nothing in this run needs a precision change"), std::string::npos);
 }
 

@@ -636,7 +636,7 @@ TEST(Summary, CleanRunAndVerdictVariants) {
   r.first_nonfinite->fp32_also_nonfinite.reset();
   r.first_nonfinite->kind = "nan";
   s = render_summary(r);
-  EXPECT_NE(s.find("(nan) — propagated; FP32 re-check: not run"), std::string::npos) << s;
+  EXPECT_NE(s.find("(nan) — handed non-finite inputs; FP32 re-check: not run"), std::string::npos) << s;
   r.first_nonfinite->fp32_also_nonfinite = true;
   s = render_summary(r);
   EXPECT_NE(s.find("FP32 re-check: also non-finite"), std::string::npos) << s;

@@ -296,3 +296,68 @@ def test_phases_setup_between_and_accumulate_grad(run_py, tmp_path):
     assert any("norm" in op for _, op in by_phase["between"])  # clip_grad_norm_
     acc = {layer for layer, op in by_phase["backward"] if op.endswith("AccumulateGrad")}
     assert acc == {"0", "1"}
+
+
+TRAINER = textwrap.dedent("""
+    import sys, torch, transformers
+    torch.manual_seed(0)
+    cfg = transformers.BertConfig(vocab_size=120, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, intermediate_size=64)
+    model = transformers.BertForSequenceClassification(cfg)
+    g = torch.Generator().manual_seed(1)
+    data = [{"input_ids": torch.randint(1, 120, (10,), generator=g), "labels": i % 2}
+            for i in range(16)]
+    args = transformers.TrainingArguments(output_dir=sys.argv[1], max_steps=3,
+                                          per_device_train_batch_size=4, use_cpu=True,
+                                          bf16=sys.argv[2] == "bf16", report_to=[],
+                                          save_strategy="no", logging_strategy="no",
+                                          dataloader_num_workers=0)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=data)
+    print("train_loss", trainer.train().training_loss)
+""")
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_bert_through_trainer_is_clean(run_py, tmp_path, precision):
+    pytest.importorskip("accelerate")
+    script = tmp_path / "trainer.py"
+    script.write_text(TRAINER)
+    out = tmp_path / "o"
+    r = run_py("-m", "ampscope", "--out", out, "--stop-on-nonfinite", script, tmp_path / "t",
+               precision)
+    assert r.returncode == 0, r.stderr[-2000:]
+    loss = float([l for l in r.stdout.splitlines() if l.startswith("train_loss")][0].split()[1])
+    assert math.isfinite(loss)
+    report = json.loads((out / "report.json").read_text())
+    assert report["run"]["steps"] == 3
+    assert report["first_nonfinite"] is None and report["recommendations"] == []
+    if precision == "bf16":
+        computed = {o["compute_dtype"] for l in report["layers"] if l["name"].endswith("query")
+                    for o in l["ops"] if o["op"] == "aten::linear"}
+        assert computed == {"bfloat16"}
+
+
+class Carrier(torch.nn.Module):
+    """A layer that overflows float16 followed by a Dropout(p=0) that only passes it on."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.wo = torch.nn.Linear(8, 8)
+        self.drop = torch.nn.Dropout(p=0.0)
+
+    def forward(self, x):
+        return self.drop(self.wo(x))
+
+
+def test_findings_go_to_the_producer_not_a_pass_through_dropout():
+    model = Carrier()
+    with torch.no_grad():
+        model.wo.weight.fill_(0.5)
+    x = torch.full((4, 8), 16000.0)  # wo: 8 * 0.5 * 16000 = 64000, close to float16's max
+    with ampscope.profile(out=None) as prof:
+        with torch.autocast("cpu", dtype=torch.float16):
+            y = model(x)
+    assert y.abs().max().item() > 32768  # torch's own output: within a binade of the max
+    layers = {r["layer"] for r in prof.report["recommendations"]}
+    assert "wo" in layers and "drop" not in layers
