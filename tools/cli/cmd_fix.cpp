@@ -1,0 +1,146 @@
+// ampscope fix: from a NaN run to a minimal, verified precision map. Runs the command, pins
+// what each run recommends, re-runs until a run is clean, then drops every pin a clean run
+// does without; every candidate map is a real run (fix_search.h).
+#include <ampscope/reports/files.h>
+#include <ampscope/reports/precision_map.h>
+#include <ampscope/reports/report_json.h>
+#include <fmt/core.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+
+#include "args.h"
+#include "commands.h"
+#include "fix_report.h"
+#include "fix_search.h"
+#include "profiled_run.h"
+
+namespace ampscope::cli {
+namespace {
+
+constexpr const char* kHelp =
+    R"(usage: ampscope fix [--out DIR] [--max-rounds N] [--map FILE] [--every N] -- CMD ARGS...
+
+Finds the smallest set of layers to pin to float32 that makes a training run clean: no harmful
+NaN/Inf and no finding a pin can fix. Every step is a real run of CMD under the profiler:
+  1. a baseline run without pins (to the end: the cost of the map is measured against it);
+  2. rounds: pin every layer the last run recommends pinning (pin_fp32) and run again, until
+     a run is clean or N rounds have passed; pinning the first culprit often lets the next
+     one overflow a few steps later, which the next round catches;
+  3. minimisation: drop the pins one at a time (by halves when there are more than 8) and keep
+     only those whose removal brings a non-finite value or a pin finding back.
+Runs stop at their first harmful non-finite value (--stop-on-nonfinite), so a failing run
+costs only the steps up to its failure; a map that was run once is not run again.
+
+  CMD is one of
+    python script.py ARGS   run as `python -m ampscope`; the map is applied at start-up
+                            ($AMPSCOPE_PRECISION_MAP)
+    ampscope demo ARGS      the bundled demo, given --map
+    any other program       a LibTorch program under `ampscope run`; it reads the map's path
+                            from $AMPSCOPE_PRECISION_MAP (Session::apply_precision_map); its
+                            runs go to the end (it cannot be stopped at the first NaN/Inf)
+
+  --out DIR          output folder (default ampscope-fix):
+                       DIR/precision_map.json  the minimal map; "why" holds each pin's reason
+                                               codes, "evidence" the run that added it and the
+                                               run without it that was not clean
+                       DIR/fix.txt             what is printed at the end
+                       DIR/runs/NN-PURPOSE/    each run: report.json/.html, applied_map.json,
+                                               log.txt (the command's output)
+  --max-rounds N     at most N runs that add pins (default 8)
+  --map FILE         start from this map (its redundant pins are dropped by minimisation)
+  --every N          record every N-th step only (the sentinel still finds every NaN/Inf)
+
+Findings a pin cannot fix (fix_model: a model bug that float32 does not avoid; loss_scaling;
+fp32_master_weights) are listed under "what remains".
+exit codes: 0 the final map's run has no harmful non-finite value; 3 it still has one (after
+N rounds, or because no pin can fix it, e.g. log(0)); 2 bad usage or a command that wrote no
+report (one `ampscope: error:` line).
+)";
+
+std::string slug(const std::string& purpose) {
+  std::string s;
+  for (char c : purpose.substr(0, 60)) {
+    const bool keep =
+        std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == '_';
+    s.push_back(keep ? c : '-');
+  }
+  return s;
+}
+
+struct FixContext {
+  std::vector<std::string> cmd;
+  std::string out;
+  int every = 1;
+  std::map<std::string, std::vector<std::string>> start_why;
+};
+
+/// The map file a run applies ("" for no pins).
+std::string write_applied_map(const std::string& dir, const fix::RunRequest& req,
+                              const FixContext& c) {
+  if (req.pins.empty()) return "";
+  reports::PrecisionMap m;
+  m.pin_fp32 = req.pins;
+  for (const auto& p : req.pins)
+    if (auto it = c.start_why.find(p); it != c.start_why.end()) m.why[p] = it->second;
+  const std::string path = reports::join_path(dir, "applied_map.json");
+  reports::write_precision_map(m, path);
+  return path;
+}
+
+fix::RunRecord run_one(const FixContext& c, const fix::RunRequest& req) {
+  fix::RunRecord rec;
+  rec.dir = reports::join_path(reports::join_path(c.out, "runs"),
+                               fmt::format("{:02}-{}", req.index, slug(req.purpose)));
+  reports::make_directories(rec.dir);
+  PassOptions o{c.cmd,     rec.dir,
+                c.every,   write_applied_map(rec.dir, req, c),
+                !req.full, reports::join_path(rec.dir, "log.txt")};
+  ::unlink(reports::join_path(rec.dir, "report.json").c_str());  // never read an older run's
+  fmt::print(stderr, "ampscope fix: run {:>2}  {:<24} {:<8} ... ", req.index, req.purpose,
+             fmt::format("{} pin{}", req.pins.size(), req.pins.size() == 1 ? "" : "s"));
+  std::fflush(stderr);
+  const auto t0 = std::chrono::steady_clock::now();
+  const PassResult r = run_pass(o);
+  rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  rec.exit_code = r.exit_code;
+  rec.report = reports::read_report(r.report_path);
+  const bool odd_exit =
+      r.exit_code != 0 && !(r.exit_code == kExitNonFinite && rec.report.run.stopped == "nonfinite");
+  fmt::print(stderr, "{}  [{:.1f} s]{}\n", fix::run_result(rec), rec.seconds,
+             odd_exit ? fmt::format(" (exit code {}, see {})", r.exit_code, o.log) : "");
+  return rec;
+}
+
+}  // namespace
+
+int cmd_fix(const Argv& argv) {
+  Args a(argv, {"--out", "--max-rounds", "--map", "--every"}, {}, "fix");
+  if (a.help()) return fmt::print("{}", kHelp), 0;
+  if (!a.positional().empty() || a.rest().empty())
+    throw UsageError("fix needs the command after '--' (see ampscope fix --help)");
+  fix::FixOptions fo;
+  fo.max_rounds = a.int_value("--max-rounds", 8, 1, 100);
+  reports::PrecisionMap start;
+  if (a.has("--map")) start = reports::read_precision_map(a.value("--map"));  // fails up front
+  fo.start_pins = start.pin_fp32;
+  FixContext c{a.rest(), a.value("--out", "ampscope-fix"), a.int_value("--every", 1, 1, 1000000),
+               start.why};
+  reports::make_directories(c.out);
+  if (!can_stop_on_nonfinite(c.cmd))
+    fmt::print(stderr,
+               "ampscope fix: note: a LibTorch program cannot be stopped at its first NaN/Inf; "
+               "every run goes to the end\n");
+  const fix::FixOutcome o =
+      fix::find_fix(fo, [&](const fix::RunRequest& r) { return run_one(c, r); });
+  reports::write_file_atomic(reports::join_path(c.out, "precision_map.json"),
+                             fix::fix_map_json(o, start).dump(2) + "\n");
+  const std::string text = fix::render_fix(o, join_command(c.cmd));
+  reports::write_file_atomic(reports::join_path(c.out, "fix.txt"), text);
+  fmt::print("\n{}\nmap: {}\n", text, reports::join_path(c.out, "precision_map.json"));
+  return o.final().report.first_nonfinite ? kExitNonFinite : 0;
+}
+
+}  // namespace ampscope::cli
