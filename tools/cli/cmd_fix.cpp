@@ -90,27 +90,43 @@ std::string write_applied_map(const std::string& dir, const fix::RunRequest& req
   return path;
 }
 
+/// Runs the pass and reads its report; ends the progress line before an error line.
+PassResult run_and_read(const PassOptions& o, fix::RunRecord& rec) {
+  try {
+    PassResult r = run_pass(o);
+    rec.report = reports::read_report(r.report_path);
+    return r;
+  } catch (const std::exception&) {
+    fmt::print(stderr, "failed\n");
+    throw;
+  }
+}
+
 fix::RunRecord run_one(const FixContext& c, const fix::RunRequest& req) {
   fix::RunRecord rec;
   rec.dir = reports::join_path(reports::join_path(c.out, "runs"),
                                fmt::format("{:02}-{}", req.index, slug(req.purpose)));
   reports::make_directories(rec.dir);
-  PassOptions o{c.cmd,     rec.dir,
-                c.every,   write_applied_map(rec.dir, req, c),
-                !req.full, reports::join_path(rec.dir, "log.txt")};
+  PassOptions o;
+  o.cmd = c.cmd;
+  o.out = rec.dir;
+  o.every = c.every;
+  o.map = write_applied_map(rec.dir, req, c);
+  o.stop_on_nonfinite = !req.full;
+  o.log = reports::join_path(rec.dir, "log.txt");
   ::unlink(reports::join_path(rec.dir, "report.json").c_str());  // never read an older run's
   fmt::print(stderr, "ampscope fix: run {:>2}  {:<24} {:<8} ... ", req.index, req.purpose,
              fmt::format("{} pin{}", req.pins.size(), req.pins.size() == 1 ? "" : "s"));
   std::fflush(stderr);
   const auto t0 = std::chrono::steady_clock::now();
-  const PassResult r = run_pass(o);
+  const PassResult r = run_and_read(o, rec);
   rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   rec.exit_code = r.exit_code;
-  rec.report = reports::read_report(r.report_path);
-  const bool odd_exit =
-      r.exit_code != 0 && !(r.exit_code == kExitNonFinite && rec.report.run.stopped == "nonfinite");
+  const bool stopped = r.exit_code == kExitNonFinite && rec.report.run.stopped == "nonfinite";
   fmt::print(stderr, "{}  [{:.1f} s]{}\n", fix::run_result(rec), rec.seconds,
-             odd_exit ? fmt::format(" (exit code {}, see {})", r.exit_code, o.log) : "");
+             r.exit_code != 0 && !stopped
+                 ? fmt::format(" (exit code {}, see {})", r.exit_code, o.log)
+                 : "");
   return rec;
 }
 
@@ -136,7 +152,7 @@ int cmd_fix(const Argv& argv) {
   const fix::FixOutcome o =
       fix::find_fix(fo, [&](const fix::RunRequest& r) { return run_one(c, r); });
   reports::write_file_atomic(reports::join_path(c.out, "precision_map.json"),
-                             fix::fix_map_json(o, start).dump(2) + "\n");
+                             fix::fix_map_json(o, start, c.out).dump(2) + "\n");
   const std::string text = fix::render_fix(o, join_command(c.cmd));
   reports::write_file_atomic(reports::join_path(c.out, "fix.txt"), text);
   fmt::print("\n{}\nmap: {}\n", text, reports::join_path(c.out, "precision_map.json"));

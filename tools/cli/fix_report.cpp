@@ -62,9 +62,15 @@ std::string run_result(const RunRecord& r) {
 
 namespace {
 
-ojson needed_json(const RunRecord& r) {
+/// `dir` relative to `out` (the folder of the map).
+std::string relative(const std::string& dir, const std::string& out) {
+  const std::string prefix = out.empty() || out.back() == '/' ? out : out + "/";
+  return dir.rfind(prefix, 0) == 0 ? dir.substr(prefix.size()) : dir;
+}
+
+ojson needed_json(const RunRecord& r, const std::string& out) {
   ojson j = ojson::object();
-  j["run"] = r.dir;
+  j["run"] = relative(r.dir, out);
   j["pins"] = r.pins;
   if (const auto& e = r.report.first_nonfinite) {
     j["first_nonfinite"] = {{"step", e->step},
@@ -79,25 +85,26 @@ ojson needed_json(const RunRecord& r) {
   return j;
 }
 
-ojson pin_evidence(const FixOutcome& o, const PinHistory& h) {
+ojson pin_evidence(const FixOutcome& o, const PinHistory& h, const std::string& out) {
   ojson j = ojson::object();
   if (h.added_by == 0) {
     j["added"] = "starting map";
   } else {
     j["added"] = fmt::format("round {}", h.round);
-    j["added_by"] = {{"run", o.run(h.added_by).dir},
+    j["added_by"] = {{"run", relative(o.run(h.added_by).dir, out)},
                      {"severity", h.rec.severity},
                      {"reasons", h.rec.reasons},
                      {"evidence", ojson::parse(h.rec.evidence.dump())}};
   }
   // Without this pin the run was not clean: the evidence that the pin is needed.
-  if (h.needed_by) j["needed"] = needed_json(o.run(h.needed_by));
+  if (h.needed_by) j["needed"] = needed_json(o.run(h.needed_by), out);
   return j;
 }
 
 }  // namespace
 
-ojson fix_map_json(const FixOutcome& o, const reports::PrecisionMap& start) {
+ojson fix_map_json(const FixOutcome& o, const reports::PrecisionMap& start,
+                   const std::string& out_dir) {
   ojson j = ojson::object();
   j["schema"] = reports::kPrecisionMapSchema;
   j["pin_fp32"] = o.final_pins;
@@ -109,7 +116,7 @@ ojson fix_map_json(const FixOutcome& o, const reports::PrecisionMap& start) {
     why[h.layer] = h.added_by              ? h.rec.reasons
                    : it != start.why.end() ? it->second
                                            : std::vector<std::string>{};
-    evidence[h.layer] = pin_evidence(o, h);
+    evidence[h.layer] = pin_evidence(o, h, out_dir);
   }
   j["why"] = std::move(why);
   j["evidence"] = std::move(evidence);

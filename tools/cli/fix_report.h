@@ -15,8 +15,10 @@ namespace ampscope::cli::fix {
 std::string run_result(const RunRecord& r);
 /// The final map (schema ampscope.precision_map/1) plus "evidence": per pin, the run and
 /// recommendation that added it and the run without it that was not clean. `start` supplies
-/// the reason codes of pins that came from the starting map.
-nlohmann::ordered_json fix_map_json(const FixOutcome& o, const reports::PrecisionMap& start);
+/// the reason codes of pins that came from the starting map. Run folders are written relative
+/// to `out_dir`, where the map lives.
+nlohmann::ordered_json fix_map_json(const FixOutcome& o, const reports::PrecisionMap& start,
+                                    const std::string& out_dir);
 /// fix.txt; `command` is the user's command as one line. Ends with a newline.
 std::string render_fix(const FixOutcome& o, const std::string& command);
 

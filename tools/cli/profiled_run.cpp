@@ -6,6 +6,7 @@
 #include <fmt/core.h>
 
 #include <cstdlib>
+#include <fstream>
 
 #include "args.h"
 #include "commands.h"
@@ -37,6 +38,18 @@ int run_demo_pass(const PassOptions& o) {
   return spawn_and_wait(c, o.log);
 }
 
+/// The last non-empty line of a log file, printable and at most 200 characters.
+std::string last_line(const std::string& path) {
+  std::ifstream in(path);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  std::string out;
+  for (unsigned char c : last.substr(0, 200))
+    out.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?');
+  return out;
+}
+
 }  // namespace
 
 PassResult run_pass(const PassOptions& o) {
@@ -56,7 +69,8 @@ PassResult run_pass(const PassOptions& o) {
   }
   r.report_path = reports::join_path(o.out, "report.json");
   if (reports::path_kind(r.report_path) != reports::PathKind::kFile) {
-    std::string log = o.log.empty() ? "" : "; its output is in " + o.log;
+    const std::string log =
+        o.log.empty() ? "" : fmt::format(" ({}: \"{}\")", o.log, last_line(o.log));
     throw UsageError(fmt::format("the command exited with code {} and wrote no report ({}){}",
                                  r.exit_code, r.report_path, log));
   }
