@@ -200,3 +200,29 @@ def test_fix_help_answers_the_questions(cli):
     for words in ("--max-rounds", "--map", "minimis", "precision_map.json", "fix.txt",
                   "AMPSCOPE_PRECISION_MAP", "fix_model", "exit codes"):
         assert words in res.stdout, words
+
+
+def test_fix_interrupted_writes_the_smallest_clean_map_so_far(tmp_path):
+    import os
+    import signal
+    import subprocess
+    import time
+    script = tmp_path / "train.py"
+    script.write_text(PLANTED)
+    out = tmp_path / "fix"
+    proc = subprocess.Popen([str(BUILD / "bin" / "ampscope"), "fix", "--out", str(out), "--",
+                             sys.executable, str(script)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    # Runs 1-3: baseline, +up, +up+mid (clean). Run 4 is the first minimisation candidate.
+    deadline = time.time() + 120
+    while not list((out / "runs").glob("04-*")) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stdout + stderr
+    assert "ampscope: error" not in stderr
+    pmap = json.loads((out / "precision_map.json").read_text())
+    assert sorted(pmap["pin_fp32"]) == ["mid", "up"]          # run 3's map, known clean
+    assert "INTERRUPTED" in (out / "fix.txt").read_text()
+    assert not list((out / "runs").glob("05-*"))              # nothing ran after the signal

@@ -5,10 +5,12 @@
 #include <ampscope/reports/precision_map.h>
 #include <ampscope/reports/report_json.h>
 #include <fmt/core.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cctype>
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 
 #include "args.h"
@@ -60,6 +62,32 @@ N rounds, or because no pin can fix it, e.g. log(0)); 2 bad usage or a command t
 report (one `ampscope: error:` line).
 )";
 
+volatile std::sig_atomic_t g_fix_signal = 0;
+
+/// Ctrl-C reaches the running command through the terminal; SIGTERM is passed on to it. Either
+/// ends the search after that run, with what it found so far written out.
+extern "C" void on_fix_signal(int sig) {
+  if (sig == SIGTERM && !g_fix_signal && g_running_child > 0) ::kill(g_running_child, SIGTERM);
+  g_fix_signal = sig;
+}
+
+/// Installs on_fix_signal for SIGINT and SIGTERM while alive.
+struct SignalGuard {
+  struct sigaction old_int {
+  }, old_term{};
+  SignalGuard() {
+    struct sigaction sa {};
+    sa.sa_handler = on_fix_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int);
+    ::sigaction(SIGTERM, &sa, &old_term);
+  }
+  ~SignalGuard() {
+    ::sigaction(SIGINT, &old_int, nullptr);
+    ::sigaction(SIGTERM, &old_term, nullptr);
+  }
+};
+
 std::string slug(const std::string& purpose) {
   std::string s;
   for (char c : purpose.substr(0, 60)) {
@@ -90,7 +118,8 @@ std::string write_applied_map(const std::string& dir, const fix::RunRequest& req
   return path;
 }
 
-/// Runs the pass and reads its report; ends the progress line before an error line.
+/// Runs the pass and reads its report; ends the progress line before an error line. A run a
+/// signal stopped before it wrote a report counts as interrupted, not as an error.
 PassResult run_and_read(const PassOptions& o, fix::RunRecord& rec) {
   try {
     PassResult r = run_pass(o);
@@ -98,7 +127,9 @@ PassResult run_and_read(const PassOptions& o, fix::RunRecord& rec) {
     return r;
   } catch (const std::exception&) {
     fmt::print(stderr, "failed\n");
-    throw;
+    if (!g_fix_signal) throw;
+    rec.report.run.stopped = "signal";
+    return PassResult{"", 128 + g_fix_signal};
   }
 }
 
@@ -149,6 +180,8 @@ int cmd_fix(const Argv& argv) {
     fmt::print(stderr,
                "ampscope fix: note: a LibTorch program cannot be stopped at its first NaN/Inf; "
                "every run goes to the end\n");
+  fo.interrupted = [] { return g_fix_signal != 0; };
+  SignalGuard guard;
   const fix::FixOutcome o =
       fix::find_fix(fo, [&](const fix::RunRequest& r) { return run_one(c, r); });
   reports::write_file_atomic(reports::join_path(c.out, "precision_map.json"),
@@ -156,6 +189,7 @@ int cmd_fix(const Argv& argv) {
   const std::string text = fix::render_fix(o, join_command(c.cmd));
   reports::write_file_atomic(reports::join_path(c.out, "fix.txt"), text);
   fmt::print("\n{}\nmap: {}\n", text, reports::join_path(c.out, "precision_map.json"));
+  if (o.ended == "interrupted") return 128 + g_fix_signal;
   return o.final().report.first_nonfinite ? kExitNonFinite : 0;
 }
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -68,13 +69,16 @@ struct LogRedirect {
   posix_spawn_file_actions_t actions;
   explicit LogRedirect(const std::string& log) {
     ::posix_spawn_file_actions_init(&actions);
-    ::posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                       0644);
     ::posix_spawn_file_actions_adddup2(&actions, 1, 2);
   }
   ~LogRedirect() { ::posix_spawn_file_actions_destroy(&actions); }
 };
 
 }  // namespace
+
+volatile std::sig_atomic_t g_running_child = 0;
 
 int spawn_and_wait(const std::vector<std::string>& cmd, const std::string& log) {
   std::vector<char*> argv;
@@ -86,10 +90,12 @@ int spawn_and_wait(const std::vector<std::string>& cmd, const std::string& log) 
   int rc = ::posix_spawnp(&pid, argv[0], redirect ? &redirect->actions : nullptr, nullptr,
                           argv.data(), environ);
   if (rc != 0) throw UsageError("cannot run '" + cmd[0] + "': " + std::strerror(rc));
+  g_running_child = pid;
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) throw UsageError(std::string("waiting for the command: ") + std::strerror(errno));
   }
+  g_running_child = 0;
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }

@@ -2,6 +2,7 @@
 // or reports::ReportError (exit 2) on bad input.
 #pragma once
 
+#include <csignal>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@ int cmd_diff(const Argv& args);
 int cmd_verify(const Argv& args);
 int cmd_fix(const Argv& args);
 
+/// The pid of the command spawn_and_wait is waiting for (0: none), for signal forwarding.
+extern volatile std::sig_atomic_t g_running_child;
 /// Runs `cmd` and waits; its exit code (128 + signal when killed). With `log`, its stdout and
 /// stderr go to that file (truncated). Throws UsageError when it cannot be started.
 int spawn_and_wait(const std::vector<std::string>& cmd, const std::string& log = "");

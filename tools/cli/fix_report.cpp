@@ -139,6 +139,11 @@ std::string headline(const FixOutcome& o) {
   if (o.ended == "clean")
     return fmt::format("clean with {} {}{}", plural(o.final_pins.size(), "pin"), done,
                        o.minimised ? " (minimised: each pin is needed)" : "");
+  if (o.ended == "interrupted")
+    return fmt::format("INTERRUPTED {}: the map is {}", done,
+                       is_clean(o.final().report)
+                           ? "the smallest clean one run so far (not minimal)"
+                           : "the last run's (no run was clean)");
   const std::string why = o.ended == "max_rounds"
                               ? "--max-rounds reached"
                               : "the last run recommends no new pin (see what remains)";

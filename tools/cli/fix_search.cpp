@@ -18,11 +18,16 @@ std::vector<std::string> pin_findings(const reports::Report& r) {
   return out;
 }
 
-bool is_clean(const reports::Report& r) { return !r.first_nonfinite && pin_findings(r).empty(); }
+bool is_clean(const reports::Report& r) {
+  return !r.first_nonfinite && pin_findings(r).empty() && r.run.stopped != "signal";
+}
 
 namespace {
 
 using Pins = std::vector<std::string>;
+
+/// Thrown out of the search when FixOptions::interrupted says so.
+struct Interrupted {};
 
 Pins without(const Pins& pins, const std::set<std::string>& drop) {
   Pins out;
@@ -41,12 +46,17 @@ class Search {
   Search(const FixOptions& o, const Runner& runner) : o_(o), runner_(runner) {}
 
   FixOutcome run() {
-    get({}, "baseline", true);
-    rounds();
-    if (out_.ended == "clean")
-      minimise();
-    else
-      finish(pins_of_history(), last_round_run_);
+    try {
+      get({}, "baseline", true);
+      rounds();
+      if (out_.ended == "clean")
+        minimise();
+      else
+        finish(pins_of_history(), last_round_run_);
+    } catch (const Interrupted&) {
+      out_.ended = "interrupted";
+      settle_interrupted();
+    }
     return std::move(out_);
   }
 
@@ -62,7 +72,19 @@ class Search {
     rec.pins = pins;
     out_.runs.push_back(std::move(rec));
     memo_[key] = req.index;
+    if (o_.interrupted && o_.interrupted()) throw Interrupted{};
     return out_.runs.back();
+  }
+
+  /// The smallest clean map run so far, else the last run's map.
+  void settle_interrupted() {
+    const RunRecord* best = &out_.runs.back();
+    for (const auto& r : out_.runs) {
+      if (is_clean(r.report) && (!is_clean(best->report) || r.pins.size() < best->pins.size()))
+        best = &r;
+    }
+    out_.final_pins = best->pins;
+    out_.final_run = best->index;
   }
 
   Pins pins_of_history() const {

@@ -38,7 +38,8 @@ using Runner = std::function<RunRecord(const RunRequest&)>;
 
 /// Layers of the report's pin_fp32 recommendations ("<outside>" is no module: never pinned).
 std::vector<std::string> pin_findings(const reports::Report& r);
-/// No harmful non-finite value and no pin-able finding.
+/// No harmful non-finite value, no pin-able finding, and the run was not cut short by a signal
+/// (a run interrupted before its failure step proves nothing).
 bool is_clean(const reports::Report& r);
 
 /// The life of one pin in the search.
@@ -56,12 +57,15 @@ struct FixOptions {
   int max_rounds = 8;
   /// Up to this many pins are minimised one at a time; more, by halves.
   std::size_t one_at_a_time_max = 8;
+  /// Asked after every run: true ends the search (Ctrl-C) with the best map known so far.
+  std::function<bool()> interrupted;
 };
 
 struct FixOutcome {
   std::deque<RunRecord> runs;  ///< every run, in order (index i is runs[i - 1])
   int rounds = 0;
-  /// "clean", "max_rounds" (N rounds passed) or "nothing_to_pin" (no new pin recommended).
+  /// "clean", "max_rounds" (N rounds passed), "nothing_to_pin" (no new pin recommended) or
+  /// "interrupted".
   std::string ended;
   bool minimised = false;
   std::vector<PinHistory> pins;  ///< every pin ever in the map, in the order it came
@@ -73,7 +77,8 @@ struct FixOutcome {
 };
 
 /// Runs the search: a full baseline without pins, the rounds from the starting map, then the
-/// minimisation when a round got clean.
+/// minimisation when a round got clean. Interrupted, the final map is the smallest clean one
+/// run so far (minimisation keeps it clean at every step), else the last round's.
 FixOutcome find_fix(const FixOptions& options, const Runner& runner);
 
 }  // namespace ampscope::cli::fix
