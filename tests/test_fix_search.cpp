@@ -144,6 +144,35 @@ TEST(FixSearch, MaxRoundsStopsAChainOfCulpritsAndAddsNothingUntested) {
   EXPECT_EQ(out.final().report.first_nonfinite->layer, "b");
 }
 
+TEST(FixSearch, InterruptedKeepsTheSmallestCleanMapRunSoFar) {
+  Recorder rec({{"up", 2, {"up"}}, {"mid", 4, {"mid"}}});
+  FixOptions o;
+  o.start_pins = {"head"};
+  o.interrupted = [&] { return rec.requests.size() >= 4; };  // after round 3, before minimising
+  const FixOutcome out = find_fix(o, rec.runner());
+  EXPECT_EQ(out.ended, "interrupted");
+  EXPECT_EQ(rec.requests.size(), 4u);
+  EXPECT_EQ(out.final_pins, (Pins{"head", "up", "mid"}));
+  EXPECT_TRUE(is_clean(out.final().report));
+}
+
+TEST(FixSearch, InterruptedBeforeAnyCleanRunKeepsTheLastRunsMap) {
+  Recorder rec({{"up", 2, {"up"}}, {"mid", 4, {"mid"}}});
+  FixOptions o;
+  o.interrupted = [&] { return rec.requests.size() >= 2; };
+  const FixOutcome out = find_fix(o, rec.runner());
+  EXPECT_EQ(out.ended, "interrupted");
+  EXPECT_EQ(out.final_pins, (Pins{"up"}));
+  EXPECT_FALSE(is_clean(out.final().report));
+}
+
+TEST(FixSearch, ARunStoppedByASignalIsNotClean) {
+  reports::Report r;
+  EXPECT_TRUE(is_clean(r));
+  r.run.stopped = "signal";
+  EXPECT_FALSE(is_clean(r));
+}
+
 TEST(FixSearch, OutsideIsNeverPinned) {
   reports::Report r;
   r.recommendations.push_back(
