@@ -25,8 +25,8 @@ namespace {
 constexpr const char* kHelp =
     R"(usage: ampscope fix [--out DIR] [--max-rounds N] [--map FILE] [--every N] -- CMD ARGS...
 
-Finds the smallest set of layers to pin to float32 that makes a training run clean: no harmful
-NaN/Inf and no finding a pin can fix. Every step is a real run of CMD under the profiler:
+Finds a minimal set of layers to pin to float32 that makes a training run clean: no harmful
+NaN/Inf and no pin_fp32 recommendation left. Every step is a real run of CMD under the profiler:
   1. a baseline run without pins (to the end: the cost of the map is measured against it);
   2. rounds: pin every layer the last run recommends pinning (pin_fp32) and run again, until
      a run is clean or N rounds have passed; pinning the first culprit often lets the next

@@ -136,6 +136,7 @@ std::string headline(const FixOutcome& o) {
   const std::string done =
       fmt::format("after {} and {}", plural(static_cast<std::size_t>(o.rounds), "round"),
                   plural(o.runs.size(), "run"));
+  if (o.ended == "clean" && o.final_pins.empty()) return "clean without pins " + done;
   if (o.ended == "clean")
     return fmt::format("clean with {} {}{}", plural(o.final_pins.size(), "pin"), done,
                        o.minimised ? " (minimised: each pin is needed)" : "");
