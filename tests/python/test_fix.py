@@ -67,6 +67,50 @@ LOG_BUG = textwrap.dedent("""
 """)
 
 
+# A Hugging Face T5 (random init from a config) with T5's wo drift planted twice: the encoder's
+# FFN wo passes float16's max at step 2, the decoder's at step 4 (reached only once the first
+# is pinned). T5's own log(0) in its position bucketing is benign and must not get in the way.
+T5_TWO = textwrap.dedent("""
+    import math, torch, transformers
+    torch.manual_seed(0)
+    cfg = transformers.T5Config(vocab_size=120, d_model=32, d_ff=64, num_layers=2, num_heads=4,
+                                d_kv=8, decoder_start_token_id=0, dropout_rate=0.0)
+    model = transformers.T5ForConditionalGeneration(cfg)
+    ENC_WO = model.encoder.block[0].layer[1].DenseReluDense.wo
+    DEC_WO = model.decoder.block[1].layer[2].DenseReluDense.wo
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(1, 120, (2, 10), generator=g)
+    labels = torch.randint(1, 120, (2, 6), generator=g)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4)
+    seen = {}
+    for wo in (ENC_WO, DEC_WO):
+        wo.register_forward_hook(lambda m, a, out: seen.__setitem__(m, out.float().abs().max().item()))
+    for step in range(6):
+        for wo, at in ((ENC_WO, 2), (DEC_WO, 4)):
+            if step == at:  # 1.5 x float16's max from this step on
+                with torch.no_grad():
+                    model(input_ids=ids, labels=labels)
+                    wo.weight.mul_(1.5 * 65504 / seen[wo])
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(input_ids=ids, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        print("loss", step, loss.item(), flush=True)
+        if math.isfinite(loss.item()):
+            opt.step()
+        else:
+            import ampscope; ampscope.step()
+""")
+ENC_WO = "encoder.block.0.layer.1.DenseReluDense.wo"
+DEC_WO = "decoder.block.1.layer.2.DenseReluDense.wo"
+
+
+def losses(run_dir):
+    """The script's own loss per step, as torch computed it (from the run's log)."""
+    return [float(l.split()[2]) for l in (run_dir / "log.txt").read_text().splitlines()
+            if l.startswith("loss ")]
+
+
 def write_map(path, pins):
     path.write_text(json.dumps({"schema": "ampscope.precision_map/1", "pin_fp32": pins,
                                 "why": {p: ["overflow_float16"] for p in pins}}))
@@ -125,6 +169,25 @@ def test_fix_finds_both_culprits_and_drops_a_redundant_start_pin(cli, run_py, tm
     assert res.returncode == 0, res.stderr
     rep = report(rerun)
     assert rep["first_nonfinite"] is None and pin_recs(rep) == []
+
+
+def test_fix_a_real_t5_with_two_planted_overflows(cli, tmp_path):
+    import math
+    pytest.importorskip("transformers")
+    script = tmp_path / "train_t5.py"
+    script.write_text(T5_TWO)
+    out = tmp_path / "fix"
+    res = cli("fix", "--out", out, "--", sys.executable, script)
+    assert res.returncode == 0, res.stdout + res.stderr
+    pmap = json.loads((out / "precision_map.json").read_text())
+    assert pmap["pin_fp32"] == [ENC_WO, DEC_WO]
+    base = out / "runs" / "01-baseline"
+    assert first_layer(report(base)) == ENC_WO
+    assert not math.isfinite(losses(base)[2])                 # torch agrees: step 2 went inf
+    final = sorted((out / "runs").glob("03-*"))[0]              # round 3: both pinned
+    assert json.loads((final / "applied_map.json").read_text())["pin_fp32"] == [ENC_WO, DEC_WO]
+    assert len(losses(final)) == 6 and all(map(math.isfinite, losses(final)))
+    assert first_layer(report(out / pmap["evidence"][DEC_WO]["added_by"]["run"])) == DEC_WO
 
 
 def test_fix_max_rounds_reached_exits_3_with_the_pins_it_tested(cli, tmp_path):
