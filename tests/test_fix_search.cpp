@@ -173,6 +173,17 @@ TEST(FixSearch, ARunStoppedByASignalIsNotClean) {
   EXPECT_FALSE(is_clean(r));
 }
 
+TEST(FixSearch, ACommandThatFailsWithAMapIsNotClean) {
+  RunRecord r;
+  r.exit_code = 1;  // e.g. the script asserted a dtype the pin changed
+  EXPECT_TRUE(is_clean(r.report));
+  EXPECT_TRUE(failed(r));
+  EXPECT_FALSE(is_clean(r));
+  r.report.run.stopped = "nonfinite";  // --stop-on-nonfinite's own exit code
+  r.exit_code = 3;
+  EXPECT_FALSE(failed(r));
+}
+
 TEST(FixSearch, OutsideIsNeverPinned) {
   reports::Report r;
   r.recommendations.push_back(

@@ -14,7 +14,7 @@ from conftest import BUILD
 # which a run only reaches once `up` is pinned (the run stops at up's inf before). `head` is
 # benign. Weights are set each step, so the values do not depend on training.
 PLANTED = textwrap.dedent("""
-    import torch
+    import sys, torch
     torch.manual_seed(0)
 
     class Net(torch.nn.Module):
@@ -30,6 +30,10 @@ PLANTED = textwrap.dedent("""
             return self.head(self.norm2(self.mid(self.norm(self.up(x)))))
 
     m = Net()
+    if "strict" in sys.argv:  # a script that breaks when mid runs in float32
+        def expect_half(mod, args, out):
+            assert out.dtype == torch.float16, "mid must return float16"
+        m.mid.register_forward_hook(expect_half)
     with torch.no_grad():
         m.up.bias.zero_()
         m.mid.bias.zero_()
@@ -199,6 +203,20 @@ def test_fix_max_rounds_reached_exits_3_with_the_pins_it_tested(cli, tmp_path):
     assert json.loads((out / "precision_map.json").read_text())["pin_fp32"] == ["up"]
     assert "--max-rounds reached" in res.stdout
     assert "non-finite at step 4 in mid" in res.stdout
+
+
+def test_fix_a_pin_that_breaks_the_script_is_no_fix(cli, tmp_path):
+    # With up and mid pinned the script raises before any NaN: that run is not clean.
+    script = tmp_path / "train.py"
+    script.write_text(PLANTED)
+    out = tmp_path / "fix"
+    res = cli("fix", "--out", out, "--", sys.executable, script, "strict")
+    assert res.returncode == 3, res.stdout + res.stderr
+    last = sorted((out / "runs").iterdir())[-1]
+    assert json.loads((last / "applied_map.json").read_text())["pin_fp32"] == ["up", "mid"]
+    assert report(last)["first_nonfinite"] is None              # looks clean, but it raised
+    assert "mid must return float16" in (last / "log.txt").read_text()
+    assert "the command failed with the map (exit code 1" in res.stdout
 
 
 def test_fix_a_model_bug_exits_3_with_fix_model_and_no_pins(cli, tmp_path):

@@ -153,11 +153,8 @@ fix::RunRecord run_one(const FixContext& c, const fix::RunRequest& req) {
   const PassResult r = run_and_read(o, rec);
   rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   rec.exit_code = r.exit_code;
-  const bool stopped = r.exit_code == kExitNonFinite && rec.report.run.stopped == "nonfinite";
   fmt::print(stderr, "{}  [{:.1f} s]{}\n", fix::run_result(rec), rec.seconds,
-             r.exit_code != 0 && !stopped
-                 ? fmt::format(" (exit code {}, see {})", r.exit_code, o.log)
-                 : "");
+             fix::failed(rec) ? " (see " + o.log + ")" : "");
   return rec;
 }
 
@@ -190,7 +187,7 @@ int cmd_fix(const Argv& argv) {
   reports::write_file_atomic(reports::join_path(c.out, "fix.txt"), text);
   fmt::print("\n{}\nmap: {}\n", text, reports::join_path(c.out, "precision_map.json"));
   if (o.ended == "interrupted") return 128 + g_fix_signal;
-  return o.final().report.first_nonfinite ? kExitNonFinite : 0;
+  return o.ended == "clean" ? 0 : kExitNonFinite;
 }
 
 }  // namespace ampscope::cli

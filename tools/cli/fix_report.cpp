@@ -52,7 +52,8 @@ std::string run_result(const RunRecord& r) {
       rep.first_nonfinite ? nonfinite_text(*rep.first_nonfinite) : "no non-finite value";
   const auto pins = pin_findings(rep);
   if (!pins.empty()) s += "; recommends pinning " + joined(pins);
-  if (is_clean(rep)) s = "clean";
+  if (is_clean(r)) s = "clean";
+  if (failed(r)) s += fmt::format("; FAILED: exit code {}", r.exit_code);
   if (rep.run.stopped == "nonfinite")
     s += " (stopped there)";
   else if (!rep.run.stopped.empty())
@@ -142,9 +143,12 @@ std::string headline(const FixOutcome& o) {
                        o.minimised ? " (minimised: each pin is needed)" : "");
   if (o.ended == "interrupted")
     return fmt::format("INTERRUPTED {}: the map is {}", done,
-                       is_clean(o.final().report)
-                           ? "the smallest clean one run so far (not minimal)"
-                           : "the last run's (no run was clean)");
+                       is_clean(o.final()) ? "the smallest clean one run so far (not minimal)"
+                                           : "the last run's (no run was clean)");
+  if (o.ended == "failed")
+    return fmt::format(
+        "NOT clean {}: the command failed with the map (exit code {}; see {}/log.txt)", done,
+        o.final().exit_code, o.final().dir);
   const std::string why = o.ended == "max_rounds"
                               ? "--max-rounds reached"
                               : "the last run recommends no new pin (see what remains)";

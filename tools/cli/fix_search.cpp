@@ -22,6 +22,10 @@ bool is_clean(const reports::Report& r) {
   return !r.first_nonfinite && pin_findings(r).empty() && r.run.stopped != "signal";
 }
 
+bool failed(const RunRecord& r) { return r.exit_code != 0 && r.report.run.stopped != "nonfinite"; }
+
+bool is_clean(const RunRecord& r) { return is_clean(r.report) && !failed(r); }
+
 namespace {
 
 using Pins = std::vector<std::string>;
@@ -80,8 +84,7 @@ class Search {
   void settle_interrupted() {
     const RunRecord* best = &out_.runs.back();
     for (const auto& r : out_.runs) {
-      if (is_clean(r.report) && (!is_clean(best->report) || r.pins.size() < best->pins.size()))
-        best = &r;
+      if (is_clean(r) && (!is_clean(*best) || r.pins.size() < best->pins.size())) best = &r;
     }
     out_.final_pins = best->pins;
     out_.final_run = best->index;
@@ -110,8 +113,10 @@ class Search {
       const RunRecord& r = get(pins_of_history(), fmt::format("round {}", round));
       out_.rounds = round;
       last_round_run_ = r.index;
-      if (is_clean(r.report)) return void(out_.ended = "clean");
-      if (!add_recommended(r, round)) return void(out_.ended = "nothing_to_pin");
+      if (is_clean(r)) return void(out_.ended = "clean");
+      if (!add_recommended(r, round))
+        return void(out_.ended =
+                        failed(r) && !r.report.first_nonfinite ? "failed" : "nothing_to_pin");
     }
     out_.ended = "max_rounds";
   }
@@ -148,7 +153,7 @@ class Search {
     Pins current = all;
     for (const auto& p : all) {
       const RunRecord& r = get(without(current, {p}), without_label({p}));
-      if (is_clean(r.report)) {
+      if (is_clean(r)) {
         current = without(current, {p});
         history(p)->dropped_by = r.index;
       } else {
@@ -163,7 +168,7 @@ class Search {
     if (cand.empty()) return {};
     const std::set<std::string> drop(cand.begin(), cand.end());
     const RunRecord& r = get(keep, without_label(drop));
-    if (is_clean(r.report)) {
+    if (is_clean(r)) {
       for (const auto& p : cand) history(p)->dropped_by = r.index;
       return {};
     }

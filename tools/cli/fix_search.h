@@ -41,6 +41,11 @@ std::vector<std::string> pin_findings(const reports::Report& r);
 /// No harmful non-finite value, no pin-able finding, and the run was not cut short by a signal
 /// (a run interrupted before its failure step proves nothing).
 bool is_clean(const reports::Report& r);
+/// The command failed: a non-zero exit code that is not --stop-on-nonfinite's (a pin can break
+/// a script, e.g. a float32 output where it asserts float16; such a run proves nothing).
+bool failed(const RunRecord& r);
+/// A clean report from a command that did not fail.
+bool is_clean(const RunRecord& r);
 
 /// The life of one pin in the search.
 struct PinHistory {
@@ -64,8 +69,8 @@ struct FixOptions {
 struct FixOutcome {
   std::deque<RunRecord> runs;  ///< every run, in order (index i is runs[i - 1])
   int rounds = 0;
-  /// "clean", "max_rounds" (N rounds passed), "nothing_to_pin" (no new pin recommended) or
-  /// "interrupted".
+  /// "clean", "max_rounds" (N rounds passed), "nothing_to_pin" (no new pin recommended),
+  /// "failed" (the command failed with the map and recommended no pin) or "interrupted".
   std::string ended;
   bool minimised = false;
   std::vector<PinHistory> pins;  ///< every pin ever in the map, in the order it came
