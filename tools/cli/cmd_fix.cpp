@@ -57,9 +57,12 @@ costs only the steps up to its failure; a map that was run once is not run again
 
 Findings a pin cannot fix (fix_model: a model bug that float32 does not avoid; loss_scaling;
 fp32_master_weights) are listed under "what remains".
-exit codes: 0 the final map's run has no harmful non-finite value; 3 it still has one (after
-N rounds, or because no pin can fix it, e.g. log(0)); 2 bad usage or a command that wrote no
-report (one `ampscope: error:` line).
+A run counts as clean only if the command also exited normally: a pin that makes the script
+fail (say, it asserts float16 where the pin gives float32) is no fix.
+exit codes: 0 the final map's run is clean; 3 it is not: still non-finite after N rounds or
+where no pin can help (e.g. log(0)), or the command failed with the map; 2 bad usage or a
+command that wrote no report (one `ampscope: error:` line); 128+signal interrupted (Ctrl-C,
+SIGTERM): the smallest clean map run so far is written.
 )";
 
 volatile std::sig_atomic_t g_fix_signal = 0;
