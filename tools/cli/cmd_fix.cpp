@@ -51,7 +51,9 @@ costs only the steps up to its failure; a map that was run once is not run again
                        DIR/fix.txt             what is printed at the end
                        DIR/runs/NN-PURPOSE/    each run: report.json/.html, applied_map.json,
                                                log.txt (the command's output)
-  --max-rounds N     at most N runs that add pins (default 8)
+  --max-rounds N     at most N rounds, i.e. runs with the map so far (default 8; the baseline
+                     is round 1 without --map); the last round's recommendations are not
+                     added, since no run would test them
   --map FILE         start from this map (its redundant pins are dropped by minimisation)
   --every N          record every N-th step only (the sentinel still finds every NaN/Inf)
 
@@ -76,10 +78,10 @@ extern "C" void on_fix_signal(int sig) {
 
 /// Installs on_fix_signal for SIGINT and SIGTERM while alive.
 struct SignalGuard {
-  struct sigaction old_int {
-  }, old_term{};
+  using Action = struct sigaction;
+  Action old_int{}, old_term{};
   SignalGuard() {
-    struct sigaction sa {};
+    Action sa{};
     sa.sa_handler = on_fix_signal;
     sigemptyset(&sa.sa_mask);
     ::sigaction(SIGINT, &sa, &old_int);
