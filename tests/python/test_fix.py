@@ -3,6 +3,7 @@
 Oracles: the runs' own reports (which layer each run saw go non-finite first) and an
 independent re-run of the script with the final map through `python -m ampscope --map`."""
 import json
+import re
 import sys
 import textwrap
 
@@ -247,6 +248,32 @@ def test_fix_the_demo_pins_its_wo_alone(cli, tmp_path):
               "--map", out / "precision_map.json")
     assert res.returncode == 0, res.stderr
     assert report(rerun)["first_nonfinite"] is None and pin_recs(report(rerun)) == []
+
+
+def test_fix_minimises_a_large_starting_map_by_halves(cli, tmp_path):
+    # 11 pins, one of them needed: more than 8, so by halves, in fewer runs than one at a time.
+    start = [f"blocks.{b}.{l}" for b in (0, 1) for l in ("attn.qkv", "attn.proj", "ffn.wi", "ffn.wo")]
+    start += ["head", "ln_f", "blocks.0.ln1"]
+    out = tmp_path / "fix"
+    demo = [BUILD / "bin" / "ampscope", "demo", "--device", "cpu", "--dtype", "float16", "--steps", "14"]
+    res = cli("fix", "--out", out, "--map", write_map(tmp_path / "start.json", start), "--", *demo)
+    assert res.returncode == 0, res.stdout + res.stderr
+    pmap = json.loads((out / "precision_map.json").read_text())
+    assert pmap["pin_fp32"] == ["blocks.1.ffn.wo"]
+    needed = pmap["evidence"]["blocks.1.ffn.wo"]["needed"]
+    assert "blocks.1.ffn.wo" not in needed["pins"]
+    assert needed["first_nonfinite"]["layer"] == "blocks.1.ffn.wo"
+    runs = sorted((out / "runs").iterdir())
+    assert len(runs) < 2 + len(start)                      # baseline, round 1, 11 removals
+    assert any(re.search(r"without-\d+-pins$", r.name) for r in runs)   # halves went at once
+    for r in runs:                                          # every candidate is a real run
+        a = r / "applied_map.json"
+        pins = json.loads(a.read_text())["pin_fp32"] if a.exists() else []
+        rep = report(r)
+        if "blocks.1.ffn.wo" in pins:
+            assert rep["first_nonfinite"] is None, r.name
+        else:
+            assert first_layer(rep) == "blocks.1.ffn.wo", r.name
 
 
 def test_fix_a_libtorch_program_runs_to_the_end(cli, tmp_path):
