@@ -110,8 +110,8 @@ class Search {
         out_.pins.push_back(h);
       }
     for (int round = 1; round <= o_.max_rounds; ++round) {
-      const RunRecord& r = get(pins_of_history(), fmt::format("round {}", round));
       out_.rounds = round;
+      const RunRecord& r = get(pins_of_history(), fmt::format("round {}", round));
       last_round_run_ = r.index;
       if (is_clean(r)) return void(out_.ended = "clean");
       if (!add_recommended(r, round))
