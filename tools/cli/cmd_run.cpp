@@ -2,6 +2,7 @@
 // `python -m ampscope script.py ...`; any other program (a LibTorch binary) runs with
 // libampscope_preload.so in LD_PRELOAD.
 #include <ampscope/reports/files.h>
+#include <fcntl.h>
 #include <fmt/core.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -9,8 +10,10 @@
 
 #include <algorithm>
 #include <climits>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "args.h"
 #include "commands.h"
@@ -59,17 +62,40 @@ std::string prepend_env(const char* name, const std::string& value) {
 
 }  // namespace
 
-int spawn_and_wait(const std::vector<std::string>& cmd) {
+namespace {
+
+/// posix_spawn file actions that send stdout and stderr to `log`.
+struct LogRedirect {
+  posix_spawn_file_actions_t actions;
+  explicit LogRedirect(const std::string& log) {
+    ::posix_spawn_file_actions_init(&actions);
+    ::posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                       0644);
+    ::posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  }
+  ~LogRedirect() { ::posix_spawn_file_actions_destroy(&actions); }
+};
+
+}  // namespace
+
+volatile std::sig_atomic_t g_running_child = 0;
+
+int spawn_and_wait(const std::vector<std::string>& cmd, const std::string& log) {
   std::vector<char*> argv;
   for (const auto& s : cmd) argv.push_back(const_cast<char*>(s.c_str()));
   argv.push_back(nullptr);
   pid_t pid = 0;
-  int rc = ::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
+  std::optional<LogRedirect> redirect;
+  if (!log.empty()) redirect.emplace(log);
+  int rc = ::posix_spawnp(&pid, argv[0], redirect ? &redirect->actions : nullptr, nullptr,
+                          argv.data(), environ);
   if (rc != 0) throw UsageError("cannot run '" + cmd[0] + "': " + std::strerror(rc));
+  g_running_child = pid;
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) throw UsageError(std::string("waiting for the command: ") + std::strerror(errno));
   }
+  g_running_child = 0;
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
@@ -100,7 +126,7 @@ void set_preload_env(const std::vector<std::string>& flags) {
 }  // namespace
 
 int run_profiled(const std::vector<std::string>& rest, const std::string& out, int every,
-                 const std::vector<std::string>& python_flags) {
+                 const std::vector<std::string>& python_flags, const std::string& log) {
   const char* prev = std::getenv("LD_PRELOAD");
   const std::string prev_preload = prev ? prev : "";
   std::string prefix = install_dir();
@@ -123,7 +149,7 @@ int run_profiled(const std::vector<std::string>& rest, const std::string& out, i
     ::setenv("AMPSCOPE_COMMAND", joined.c_str(), 1);
     cmd = rest;
   }
-  const int rc = spawn_and_wait(cmd);
+  const int rc = spawn_and_wait(cmd, log);
   // The next spawn (verify runs two) starts from the caller's environment again.
   if (prev) ::setenv("LD_PRELOAD", prev_preload.c_str(), 1);
   else ::unsetenv("LD_PRELOAD");

@@ -7,15 +7,16 @@
 #include <fmt/core.h>
 
 #include <cstdio>
-#include <cstdlib>
 
 #include "args.h"
 #include "commands.h"
+#include "profiled_run.h"
 
 namespace ampscope::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: ampscope verify --map FILE [--out DIR] [--every N] [--fail-on-nonfinite]
+constexpr const char* kHelp =
+    R"(usage: ampscope verify --map FILE [--out DIR] [--every N] [--fail-on-nonfinite]
                        -- CMD ARGS...
 
 Runs CMD twice under the profiler: first as it is (DIR/baseline), then with the precision map
@@ -36,33 +37,18 @@ they computed in, and what the pins cost in time per step.
   --fail-on-nonfinite   exit with code 3 when the run with the map still saw a non-finite value
 )";
 
-bool is_ampscope_demo(const std::vector<std::string>& cmd) {
-  return cmd.size() >= 2 && reports::base_name(cmd[0]) == "ampscope" && cmd[1] == "demo";
-}
-
 /// Runs one of the two passes; returns the path of its report.
-std::string run_pass(const std::vector<std::string>& cmd, const std::string& out, int every,
-                     const std::string& map) {
-  if (map.empty()) {
-    ::unsetenv("AMPSCOPE_PRECISION_MAP");
-  } else {
-    ::setenv("AMPSCOPE_PRECISION_MAP", map.c_str(), 1);
-  }
-  int rc = 0;
-  if (is_ampscope_demo(cmd)) {
-    std::vector<std::string> c = cmd;
-    c.insert(c.end(), {"--out", out, "--every", std::to_string(every), "--quiet"});
-    if (!map.empty()) c.insert(c.end(), {"--map", map});
-    rc = spawn_and_wait(c);
-  } else {
-    rc = run_profiled(cmd, out, every);
-  }
-  const std::string report = reports::join_path(out, "report.json");
-  if (reports::path_kind(report) != reports::PathKind::kFile) {
-    throw UsageError(fmt::format("the command exited with code {} and wrote no report ({})", rc, report));
-  }
-  if (rc != 0) std::fprintf(stderr, "ampscope: note: the command exited with code %d\n", rc);
-  return report;
+std::string verify_pass(const std::vector<std::string>& cmd, const std::string& out, int every,
+                        const std::string& map) {
+  PassOptions o;
+  o.cmd = cmd;
+  o.out = out;
+  o.every = every;
+  o.map = map;
+  const PassResult r = run_pass(o);
+  if (r.exit_code != 0)
+    std::fprintf(stderr, "ampscope: note: the command exited with code %d\n", r.exit_code);
+  return r.report_path;
 }
 
 std::string reasons_text(const reports::Recommendation& r) {
@@ -95,23 +81,24 @@ int cmd_verify(const Argv& argv) {
   const std::string out = a.value("--out", "ampscope-verify");
   const int every = a.int_value("--every", 1, 1, 1000000);
 
-  std::string joined;
-  for (const auto& s : a.rest()) joined += (joined.empty() ? "" : " ") + s;
-  fmt::print("ampscope verify: [1/2] baseline run: {}\n", joined);
+  fmt::print("ampscope verify: [1/2] baseline run: {}\n", join_command(a.rest()));
   std::fflush(stdout);
-  const std::string before_path = run_pass(a.rest(), reports::join_path(out, "baseline"), every, "");
+  const std::string before_path =
+      verify_pass(a.rest(), reports::join_path(out, "baseline"), every, "");
   fmt::print("ampscope verify: [2/2] run with {} ({} layer{} pinned to float32)\n", map,
              pm.pin_fp32.size(), pm.pin_fp32.size() == 1 ? "" : "s");
   std::fflush(stdout);
-  const std::string after_path = run_pass(a.rest(), reports::join_path(out, "pinned"), every, map);
+  const std::string after_path =
+      verify_pass(a.rest(), reports::join_path(out, "pinned"), every, map);
 
   const reports::Report before = reports::read_report(before_path);
   const reports::Report after = reports::read_report(after_path);
   std::string text = "\nproblems of the baseline run:\n";
   if (before.recommendations.empty()) text += "  none recommended anything\n";
   for (const auto& r : before.recommendations) {
-    text += fmt::format("  {:<11} {:<9} {:<12} {:<8} {}\n", still_there(r, after) ? "STILL THERE" : "gone",
-                        r.severity, r.action, r.layer.empty() ? "(root)" : r.layer, reasons_text(r));
+    text += fmt::format("  {:<11} {:<9} {:<12} {:<8} {}\n",
+                        still_there(r, after) ? "STILL THERE" : "gone", r.severity, r.action,
+                        r.layer.empty() ? "(root)" : r.layer, reasons_text(r));
   }
   text += reports::render_diff(reports::diff_reports(before, after), before, after);
   text += fmt::format("reports: {}\n         {}\n", before_path, after_path);

@@ -42,8 +42,11 @@ commands:
   diff           what changed between two runs (e.g. before/after pinning)
   verify         run a command without and with a precision map: which problems the pins
                  removed, and what they cost in step time
+  fix            run, pin what the run recommends, re-run until clean, then minimise the
+                 pins: a minimal, verified precision map
 
-exit codes: 0 success, 2 bad usage or unreadable input, 3 non-finite (--fail-on-nonfinite)
+exit codes: 0 success, 2 bad usage or unreadable input, 3 non-finite (--fail-on-nonfinite;
+            fix: still non-finite with its map)
 )";
 
 int dispatch(const std::string& command, const Argv& rest) {
@@ -52,7 +55,7 @@ int dispatch(const std::string& command, const Argv& rest) {
       {"map", cmd_map},         {"html", cmd_html},
       {"autocast-ops", cmd_autocast_ops}, {"merge", cmd_merge},
       {"run", cmd_run},         {"diff", cmd_diff},
-      {"verify", cmd_verify},
+      {"verify", cmd_verify},   {"fix", cmd_fix},
   };
   auto it = commands.find(command);
   if (it != commands.end()) return it->second(rest);
