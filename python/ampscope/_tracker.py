@@ -63,7 +63,10 @@ class Tracker:
             ops.name_param(param, layer, layer_type)
 
             def record(grad, full=full):
-                _core.ops().param_grad(full, layer, layer_type, grad)
+                # a sharded (DTensor) gradient: this rank's shard is what its memory holds
+                local = getattr(grad, "_local_tensor", None)
+                _core.ops().param_grad(full, layer, layer_type,
+                                       local if isinstance(local, torch.Tensor) else grad)
 
             self._param_hooks.append(param.register_hook(record))
 

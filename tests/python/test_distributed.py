@@ -56,3 +56,53 @@ def test_two_ranks_write_rank_reports_and_merge(run_py, cli, tmp_path):
 
     for layer in ("module.0", "module.2"):
         assert calls(merged, layer, "aten::linear") == sum(calls(r, layer, "aten::linear") for r in reports) == 6
+
+
+FSDP2 = """
+import sys, torch, torch.distributed as dist
+from torch.distributed.fsdp import fully_shard
+dist.init_process_group("gloo")
+log = open(f"{sys.argv[1]}.rank{dist.get_rank()}", "w")
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 32),
+                            torch.nn.ReLU(), torch.nn.Linear(32, 4))
+for m in model:
+    if isinstance(m, torch.nn.Linear):
+        fully_shard(m)
+fully_shard(model)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(8, 16)
+for step in range(3):
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(x).float().pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    print(step, repr(loss.item()), file=log, flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_fsdp2_trains_under_the_profiler_with_the_same_losses(run_py, tmp_path):
+    """FSDP2's DTensor parameters once crashed the in-place input check (no storage of their
+    own): the run must finish, and its losses equal the unprofiled run's (torch is the oracle)."""
+    script = tmp_path / "fsdp2.py"
+    script.write_text(textwrap.dedent(FSDP2))
+    launch = ["-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
+              "--master_addr", "127.0.0.1"]
+    plain = run_py(*launch, "--master_port", free_port(), script, tmp_path / "plain", timeout=300)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    out = tmp_path / "out"
+    prof = run_py(*launch, "--master_port", free_port(), "-m", "ampscope", "--out", out, script,
+                  tmp_path / "prof", timeout=300)
+    assert prof.returncode == 0, prof.stderr[-3000:]
+    for rank in (0, 1):
+        got = (tmp_path / f"prof.rank{rank}").read_text()
+        assert got == (tmp_path / f"plain.rank{rank}").read_text() and got.count("\n") == 3
+    for rank in (0, 1):
+        report = json.loads((out / f"report.rank{rank}.json").read_text())
+        assert report["run"]["rank"] == rank and report["run"]["steps"] == 3
+        names = {l["name"] for l in report["layers"]}
+        assert {"0", "2", "4"} <= names
+        assert report["first_nonfinite"] is None
+        assert not [r for r in report["recommendations"] if r["action"] != "loss_scaling"]

@@ -10,7 +10,11 @@
 
 namespace ampscope {
 
-/// True for float32/float16/bfloat16/float64 CPU tensors (defined, strided layout).
+/// True when the tensor's elements lie in memory of its own that can be read: strided, not
+/// nested or meta, not a wrapper subclass (DTensor, __torch_dispatch__) or functional tensor.
+bool has_readable_storage(const at::Tensor& t);
+
+/// True for float32/float16/bfloat16/float64 CPU tensors with readable storage.
 bool stats_supported(const at::Tensor& t);
 
 /// The kernel dtype of a torch scalar type; nullopt for any other type.
