@@ -27,12 +27,16 @@ bool dense_has_nonfinite(const at::Tensor& t) {
   const void* d = t.data_ptr();
   const std::int64_t n = t.numel();
   switch (t.scalar_type()) {
-    case c10::ScalarType::Float: return any_all_ones_exponent<std::uint32_t>(d, n, 0x7f800000u);
+    case c10::ScalarType::Float:
+      return any_all_ones_exponent<std::uint32_t>(d, n, 0x7f800000u);
     case c10::ScalarType::Double:
       return any_all_ones_exponent<std::uint64_t>(d, n, 0x7ff0000000000000ull);
-    case c10::ScalarType::Half: return any_all_ones_exponent<std::uint16_t>(d, n, 0x7c00u);
-    case c10::ScalarType::BFloat16: return any_all_ones_exponent<std::uint16_t>(d, n, 0x7f80u);
-    default: return false;
+    case c10::ScalarType::Half:
+      return any_all_ones_exponent<std::uint16_t>(d, n, 0x7c00u);
+    case c10::ScalarType::BFloat16:
+      return any_all_ones_exponent<std::uint16_t>(d, n, 0x7f80u);
+    default:
+      return false;
   }
 }
 

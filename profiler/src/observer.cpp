@@ -19,6 +19,7 @@
 #include <unordered_set>
 
 #include "observer_state.h"
+#include "ivalue_tensors.h"
 #include "nonfinite_scan.h"
 #include "observer_device.h"
 #include "provenance.h"
@@ -177,19 +178,6 @@ SeqRing& forward_ring(ThreadState& t, const at::RecordFunction& fn) {
 }
 
 bool is_floating(const at::Tensor& t) { return t.defined() && t.is_floating_point(); }
-
-template <typename F>
-void for_each_tensor(const c10::IValue& v, F&& f) {
-  if (v.isTensor()) {
-    f(v.toTensor());
-  } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList().vec()) f(t);
-  } else if (v.isList()) {
-    for (const c10::IValue& e : v.toListRef()) {
-      if (e.isTensor()) f(e.toTensor());
-    }
-  }
-}
 
 /// Widest floating dtype among the tensors (-1 when none); also reports the first device.
 template <typename Range>
@@ -551,22 +539,31 @@ bool is_low_precision(std::int8_t dtype) {
 
 // ---- harm: where non-finite values become the run's first_nonfinite -------------------------
 
-/// Records `rec` as the run's first harmful NaN/Inf (no-op once one is recorded). Non-finite
-/// gradients still pending came earlier in the run's order, so they win.
+/// Takes the step's pending non-finite gradients, if any. Caller holds records_mu.
+std::optional<NonFiniteRecord> take_pending_locked(GlobalState& g) {
+  std::optional<NonFiniteRecord> p = std::move(g.pending_gradient);
+  g.pending_gradient.reset();
+  g.have_pending.store(false, std::memory_order_release);
+  return p;
+}
+
+/// Records the run's first harmful NaN/Inf (no-op once one is). Caller holds records_mu.
+void set_first_locked(GlobalState& g, NonFiniteRecord rec) {
+  if (g.first_nonfinite) return;
+  g.first_nonfinite = std::move(rec);
+  g.have_first_nonfinite.store(true, std::memory_order_release);
+}
+
+/// Records `rec` as the run's first harmful NaN/Inf. Non-finite gradients still pending came
+/// earlier in the run's order, so they win.
 void set_first_harmful(NonFiniteRecord rec, const char* reached) {
   auto& g = global();
   std::lock_guard<std::mutex> lock(g.records_mu);
   if (g.first_nonfinite) return;
-  if (g.pending_gradient) {
-    rec = std::move(*g.pending_gradient);
-    g.pending_gradient.reset();
-    g.have_pending.store(false, std::memory_order_release);
-  } else {
-    rec.reached = reached;
-    rec.reached_step = g.step.load();
-  }
-  g.first_nonfinite = std::move(rec);
-  g.have_first_nonfinite.store(true, std::memory_order_release);
+  if (auto pending = take_pending_locked(g)) return set_first_locked(g, std::move(*pending));
+  rec.reached = reached;
+  rec.reached_step = g.step.load();
+  set_first_locked(g, std::move(rec));
 }
 
 /// Origin `id`'s values reached something that matters.
@@ -574,26 +571,21 @@ void make_harmful(std::int64_t id, const char* reached) {
   if (auto rec = provenance().make_harmful(id)) set_first_harmful(std::move(*rec), reached);
 }
 
+/// The step's non-finite gradients are harmful (no GradScaler caught them).
 void commit_pending() {
   auto& g = global();
   std::lock_guard<std::mutex> lock(g.records_mu);
-  if (!g.pending_gradient) return;
-  if (!g.first_nonfinite) {
-    g.first_nonfinite = std::move(g.pending_gradient);
-    g.have_first_nonfinite.store(true, std::memory_order_release);
-  }
-  g.pending_gradient.reset();
-  g.have_pending.store(false, std::memory_order_release);
+  if (auto pending = take_pending_locked(g)) set_first_locked(g, std::move(*pending));
 }
 
+/// A GradScaler found inf and skipped the step: the pending gradients are information.
 void scaler_catches_pending() {
   auto& g = global();
   std::lock_guard<std::mutex> lock(g.records_mu);
-  if (!g.pending_gradient) return;
+  auto pending = take_pending_locked(g);
+  if (!pending) return;
   ++g.scaler_caught_steps;
-  if (!g.scaler_caught) g.scaler_caught = std::move(g.pending_gradient);
-  g.pending_gradient.reset();
-  g.have_pending.store(false, std::memory_order_release);
+  if (!g.scaler_caught) g.scaler_caught = std::move(*pending);
 }
 
 /// Gradients went non-finite. A forward origin of this step whose values are still alive

@@ -4,6 +4,8 @@
 
 #include <unordered_set>
 
+#include "ivalue_tensors.h"
+
 namespace ampscope::detail {
 namespace {
 
@@ -19,18 +21,10 @@ const c10::StorageImpl* storage_of(const at::Tensor& t) {
 
 template <typename F>
 void for_each_stored(const std::vector<c10::IValue>& values, F&& f) {
-  auto visit = [&](const at::Tensor& t) {
-    if (const auto* s = storage_of(t)) f(t, s);
-  };
   for (const c10::IValue& v : values) {
-    if (v.isTensor()) {
-      visit(v.toTensor());
-    } else if (v.isTensorList()) {
-      for (const at::Tensor& t : v.toTensorList().vec()) visit(t);
-    } else if (v.isList()) {
-      for (const c10::IValue& e : v.toListRef())
-        if (e.isTensor()) visit(e.toTensor());
-    }
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      if (const auto* s = storage_of(t)) f(t, s);
+    });
   }
 }
 

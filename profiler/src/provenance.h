@@ -9,12 +9,11 @@
 // mistaken for a new one's. Only the rare non-finite paths take the lock.
 #pragma once
 
-#include <ampscope/profiler/observer.h>
-
 #include <ATen/core/ivalue.h>
-#include <torch/csrc/autograd/function.h>
+#include <ampscope/profiler/observer.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/autograd/function.h>
 
 #include <atomic>
 #include <map>
@@ -29,9 +28,9 @@ namespace ampscope::detail {
 
 /// One creation of non-finite values.
 struct Origin {
-  OpKey key;              ///< the entry of the op call that made them
-  NonFiniteRecord rec;    ///< what the report's first_nonfinite says if it turns out harmful
-  bool harmful = false;   ///< reached a module output, a gradient, a parameter or optimizer state
+  OpKey key;             ///< the entry of the op call that made them
+  NonFiniteRecord rec;   ///< what the report's first_nonfinite says if it turns out harmful
+  bool harmful = false;  ///< reached a module output, a gradient, a parameter or optimizer state
 };
 
 class Provenance {
