@@ -13,18 +13,51 @@ namespace ampscope {
 
 std::optional<DType> to_dtype(c10::ScalarType st) {
   switch (st) {
-    case c10::ScalarType::Float: return DType::kFloat32;
-    case c10::ScalarType::Half: return DType::kFloat16;
-    case c10::ScalarType::BFloat16: return DType::kBFloat16;
-    case c10::ScalarType::Double: return DType::kFloat64;
-    default: return std::nullopt;
+    case c10::ScalarType::Float:
+      return DType::kFloat32;
+    case c10::ScalarType::Half:
+      return DType::kFloat16;
+    case c10::ScalarType::BFloat16:
+      return DType::kBFloat16;
+    case c10::ScalarType::Double:
+      return DType::kFloat64;
+    default:
+      return std::nullopt;
   }
 }
 
-bool stats_supported(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && t.layout() == c10::kStrided &&
-         to_dtype(t.scalar_type()).has_value();
+namespace detail {
+void note_storage_skip(StorageKind k);
 }
+
+bool stats_supported(const at::Tensor& t) {
+  if (!t.defined()) return false;
+  const StorageKind kind = storage_kind(t);
+  if (kind != StorageKind::kReadable) {
+    // counted only where a stats kernel would have had something to say
+    if (t.is_floating_point() || t.is_complex()) detail::note_storage_skip(kind);
+    return false;
+  }
+  return t.device().is_cpu() && to_dtype(t.scalar_type()).has_value();
+}
+
+namespace {
+
+/// A clear error for a tensor whose memory cannot be read (never torch's internal error).
+void check_readable(const at::Tensor& t) {
+  const StorageKind kind = storage_kind(t);
+  TORCH_CHECK_VALUE(kind == StorageKind::kReadable, "ampscope::tensor_stats: cannot read ",
+                    storage_kind_name(kind),
+                    kind == StorageKind::kSubclass
+                        ? " (for a DTensor pass .to_local() or .full_tensor())"
+                    : kind == StorageKind::kNested    ? " (pass its .unbind() components)"
+                    : kind == StorageKind::kSparse    ? " (pass .values() or .to_dense())"
+                    : kind == StorageKind::kQuantized ? " (pass .dequantize())"
+                    : kind == StorageKind::kComplex   ? " (pass torch.view_as_real(t))"
+                                                      : "");
+}
+
+}  // namespace
 
 TensorView make_view(const at::Tensor& t) {
   const auto dt = to_dtype(t.scalar_type());
@@ -42,14 +75,15 @@ namespace {
 /// A CUDA tensor: the CUDA kernel on the current stream, one sync for the copy back. float64
 /// is read on the host (the kernel reads 32- and 16-bit floats only).
 Stats tensor_stats_cuda(const at::Tensor& t) {
-  TORCH_CHECK(t.layout() == c10::kStrided, "ampscope::tensor_stats: expected a strided tensor, got ",
-              t.layout());
+  TORCH_CHECK(t.layout() == c10::kStrided,
+              "ampscope::tensor_stats: expected a strided tensor, got ", t.layout());
   if (t.numel() == 0) return Stats{};
   if (t.scalar_type() == c10::ScalarType::Double) return tensor_stats(t.cpu());
   if (t.is_neg()) return tensor_stats_cuda(t.resolve_neg());
   const int device = t.device().index();
   try {
-    return compute_stats_cuda(make_view(t), device, c10::cuda::getCurrentCUDAStream(device).stream());
+    return compute_stats_cuda(make_view(t), device,
+                              c10::cuda::getCurrentCUDAStream(device).stream());
   } catch (const std::runtime_error& e) {
     TORCH_CHECK(false, "ampscope::tensor_stats: ", e.what());
   }
@@ -83,12 +117,14 @@ Stats compute_stats_on_pool(const TensorView& view) {
 }  // namespace
 
 Stats tensor_stats(const at::Tensor& t, int max_threads) {
-  if (!t.defined() || !to_dtype(t.scalar_type()).has_value()) return Stats{};
+  if (!t.defined()) return Stats{};
+  check_readable(t);
+  if (!to_dtype(t.scalar_type()).has_value()) return Stats{};
   if (t.is_cuda()) return tensor_stats_cuda(t);
   TORCH_CHECK(t.device().is_cpu(), "ampscope::tensor_stats: expected a CPU tensor, got one on ",
               t.device());
-  TORCH_CHECK(t.layout() == c10::kStrided, "ampscope::tensor_stats: expected a strided tensor, got ",
-              t.layout());
+  TORCH_CHECK(t.layout() == c10::kStrided,
+              "ampscope::tensor_stats: expected a strided tensor, got ", t.layout());
   if (t.numel() == 0) return Stats{};
   // Conjugate/negative views carry a lazy flag the raw data does not reflect; real floating
   // tensors have no conjugate bit, but a negative bit would flip signs: materialise it.
