@@ -177,8 +177,10 @@ SeqRing& forward_ring(ThreadState& t, const at::RecordFunction& fn) {
   return *t.ring;
 }
 
-// complex too: stats_supported() skips it with a note
-bool is_floating(const at::Tensor& t) { return t.defined() && (t.is_floating_point() || t.is_complex()); }
+// complex and quantized too: stats_supported() skips them with a note
+bool is_floating(const at::Tensor& t) {
+  return t.defined() && (t.is_floating_point() || t.is_complex() || t.is_quantized());
+}
 
 template <typename F>
 void for_each_tensor(const c10::IValue& v, F&& f) {
@@ -265,13 +267,15 @@ Phase forward_phase(const ThreadState& t) {
 }
 
 void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call) {
-  if (torch::autograd::get_current_graph_task_id() != -1) {
+  const bool in_backward = torch::autograd::get_current_graph_task_id() != -1;
+  if (in_backward && t.layers.empty()) {
     // Run by the autograd engine outside any node (e.g. validate_outputs' sum_to of a
     // broadcast gradient, gradient hooks): backward work of the node that ran last.
     call.phase = Phase::kBackward;
     call.layer = t.backward_layer;
   } else {
-    call.phase = forward_phase(t);
+    // inside backward with a module running: a checkpointed layer's recomputed forward
+    call.phase = in_backward ? Phase::kBackward : forward_phase(t);
     call.layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();
     forward_ring(t, fn).put(fn.seqNr(), call.layer);
   }
@@ -445,7 +449,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (is_engine_wrapper(fn)) return std::make_unique<EngineWrapper>();
   // A DTensor (or torch.func) call: transparent like the engine's wrapper; its inner call on
   // the local tensors becomes the top-level call.
-  if (t.depth == 0 && is_wrapper_call(fn)) {
+  if (t.depth == 0 && (is_transparent_record(fn) || is_wrapper_call(fn))) {
     if (torch::autograd::get_current_graph_task_id() == -1)  // its node: this layer's
       forward_ring(t, fn).put(fn.seqNr(), t.layers.empty() ? kOutsideLayerId : t.layers.back());
     return std::make_unique<EngineWrapper>();

@@ -35,7 +35,7 @@ bool stats_supported(const at::Tensor& t) {
   const StorageKind kind = storage_kind(t);
   if (kind != StorageKind::kReadable) {
     // counted only where a stats kernel would have had something to say
-    if (t.is_floating_point() || t.is_complex()) detail::note_storage_skip(kind);
+    if (t.is_floating_point() || t.is_complex() || t.is_quantized()) detail::note_storage_skip(kind);
     return false;
   }
   return t.device().is_cpu() && to_dtype(t.scalar_type()).has_value();

@@ -20,6 +20,16 @@ inline bool is_wrapper_call(const at::RecordFunction& fn) {
   return false;
 }
 
+/// True for records that stand around user code rather than being an op: a custom autograd
+/// Function's apply (e.g. reentrant checkpointing's CheckpointFunction; the ops its forward
+/// runs are the model's), and reentrant checkpointing's backward node, inside which the
+/// checkpointed layers are recomputed and their own backward nodes run.
+inline bool is_transparent_record(const at::RecordFunction& fn) {
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION)
+    return std::string_view(fn.name()) == "CheckpointFunctionBackward";
+  return fn.scope() == at::RecordScope::FUNCTION && !fn.operator_name().has_value();
+}
+
 /// True for communication ops (c10d collectives, FSDP's buffer ops): their outputs are filled
 /// asynchronously or are empty buffers, so they are recorded as calls without stats.
 inline bool is_collective(std::string_view name) {
