@@ -103,6 +103,7 @@ def test_fsdp2_training_is_unchanged_and_merge_adds_shards(run_py, cli, script, 
     res = cli("merge", out / "report.rank0.json", out / "report.rank1.json", "-o", merged)
     assert res.returncode == 0, res.stderr
     m = json.loads(merged.read_text())
+    assert any("exact sums" in n for n in m["run"]["notes"])
     full = oracle(tmp_path / "prof", 0)["full"]
     for name, want in full.items():
         layer_name = name.rsplit(".", 1)[0]
@@ -117,7 +118,11 @@ def test_fsdp2_training_is_unchanged_and_merge_adds_shards(run_py, cli, script, 
 
 def test_fsdp2_planted_float16_overflow_named_per_rank_and_once_merged(run_py, cli, script, tmp_path):
     out = tmp_path / "out"
-    torchrun(run_py, script, "plant", tmp_path / "prof", ampscope_out=out)
+    # through `ampscope run -- torchrun ...`: every rank runs under `-m ampscope`
+    res = cli("run", "--out", out, "--", "torchrun", "--nnodes", "1", "--nproc_per_node", "2",
+              "--master_addr", "127.0.0.1", "--master_port", free_port(), script, "plant",
+              tmp_path / "prof", timeout=300)
+    assert res.returncode == 0, res.stderr[-4000:]
     for rank in (0, 1):
         r = json.loads((out / f"report.rank{rank}.json").read_text())
         e = r["first_nonfinite"]

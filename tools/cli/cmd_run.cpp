@@ -23,7 +23,8 @@ extern char** environ;
 namespace ampscope::cli {
 namespace {
 
-constexpr const char* kHelp = R"(usage: ampscope run [--out DIR] [--every N] [--shadow] [--stop-on-nonfinite]
+constexpr const char* kHelp =
+    R"(usage: ampscope run [--out DIR] [--every N] [--shadow] [--stop-on-nonfinite]
                     [--include PATS] [--exclude PATS] [--ops PATS] [--exclude-ops PATS]
                     [--input-stats] -- CMD ARGS...
 
@@ -31,6 +32,9 @@ Runs a command under the profiler and writes DIR/report.json, report.html and
 precision_map.json (default DIR: ampscope-out). Exits with the command's exit code.
   python script.py ARGS   runs as `python -m ampscope --out DIR script.py ARGS` (the Python
                           package next to this binary is put on PYTHONPATH)
+  torchrun [OPTS] script.py ARGS
+                          every rank runs `-m ampscope --out DIR script.py ARGS` and writes
+                          DIR/report.rank<R>.json (+ html, map); combine with `ampscope merge`
   any other program       a LibTorch program, run with libampscope_preload.so in LD_PRELOAD:
                           profiling starts when it loads and the report is written when it
                           exits normally. Its ops land in "<outside>" unless its modules use
@@ -93,7 +97,8 @@ int spawn_and_wait(const std::vector<std::string>& cmd, const std::string& log) 
   g_running_child = pid;
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR) throw UsageError(std::string("waiting for the command: ") + std::strerror(errno));
+    if (errno != EINTR)
+      throw UsageError(std::string("waiting for the command: ") + std::strerror(errno));
   }
   g_running_child = 0;
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -104,6 +109,17 @@ namespace {
 
 bool is_python(const std::string& program) {
   return reports::base_name(program).rfind("python", 0) == 0;
+}
+
+/// `torchrun [its options] script.py args`: where the script starts (0: not torchrun, or no
+/// `.py` argument to run under `-m ampscope`).
+std::size_t torchrun_script(const std::vector<std::string>& rest) {
+  if (reports::base_name(rest[0]) != "torchrun") return 0;
+  for (std::size_t i = 1; i < rest.size(); ++i) {
+    const std::string& a = rest[i];
+    if (a.size() > 3 && a[0] != '-' && a.compare(a.size() - 3, 3, ".py") == 0) return i;
+  }
+  throw UsageError("run: no training script (*.py) in the torchrun command");
 }
 
 /// The recording flags as the preload library's environment (AMPSCOPE_SHADOW, _INPUT_STATS,
@@ -118,8 +134,10 @@ void set_preload_env(const std::vector<std::string>& flags) {
                                                         {"--exclude-ops", "AMPSCOPE_EXCLUDE_OPS"}};
   for (const auto& [flag, env] : valued) {
     auto it = std::find(flags.begin(), flags.end(), flag);
-    if (it != flags.end() && it + 1 != flags.end()) ::setenv(env, (it + 1)->c_str(), 1);
-    else ::unsetenv(env);
+    if (it != flags.end() && it + 1 != flags.end())
+      ::setenv(env, (it + 1)->c_str(), 1);
+    else
+      ::unsetenv(env);
   }
 }
 
@@ -131,14 +149,24 @@ int run_profiled(const std::vector<std::string>& rest, const std::string& out, i
   const std::string prev_preload = prev ? prev : "";
   std::string prefix = install_dir();
   std::vector<std::string> cmd;
-  if (is_python(rest[0])) {
+  if (const std::size_t script = torchrun_script(rest); script > 0) {
+    // every rank runs `-m ampscope ... script.py`: one report per rank (report.rank<R>.json)
+    ::setenv("PYTHONPATH", prepend_env("PYTHONPATH", reports::join_path(prefix, "python")).c_str(),
+             1);
+    cmd.assign(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(script));
+    for (const char* a : {"-m", "ampscope", "--out"}) cmd.emplace_back(a);
+    cmd.insert(cmd.end(), {out, "--every", std::to_string(every)});
+    cmd.insert(cmd.end(), python_flags.begin(), python_flags.end());
+    cmd.insert(cmd.end(), rest.begin() + static_cast<std::ptrdiff_t>(script), rest.end());
+  } else if (is_python(rest[0])) {
     std::string pkg = reports::join_path(prefix, "python");
     ::setenv("PYTHONPATH", prepend_env("PYTHONPATH", pkg).c_str(), 1);
     cmd = {rest[0], "-m", "ampscope", "--out", out, "--every", std::to_string(every)};
     cmd.insert(cmd.end(), python_flags.begin(), python_flags.end());
     cmd.insert(cmd.end(), rest.begin() + 1, rest.end());
   } else {
-    std::string lib = reports::join_path(reports::join_path(prefix, "lib"), "libampscope_preload.so");
+    std::string lib =
+        reports::join_path(reports::join_path(prefix, "lib"), "libampscope_preload.so");
     if (reports::path_kind(lib) != reports::PathKind::kFile) throw UsageError(lib + ": not found");
     ::setenv("LD_PRELOAD", prepend_env("LD_PRELOAD", lib).c_str(), 1);
     ::setenv("AMPSCOPE_OUT", out.c_str(), 1);
@@ -151,8 +179,10 @@ int run_profiled(const std::vector<std::string>& rest, const std::string& out, i
   }
   const int rc = spawn_and_wait(cmd, log);
   // The next spawn (verify runs two) starts from the caller's environment again.
-  if (prev) ::setenv("LD_PRELOAD", prev_preload.c_str(), 1);
-  else ::unsetenv("LD_PRELOAD");
+  if (prev)
+    ::setenv("LD_PRELOAD", prev_preload.c_str(), 1);
+  else
+    ::unsetenv("LD_PRELOAD");
   return rc;
 }
 
@@ -169,11 +199,13 @@ int cmd_run(const Argv& argv) {
   for (const char* v : {"--include", "--exclude", "--ops", "--exclude-ops"}) {
     if (!a.value(v).empty()) flags.insert(flags.end(), {v, a.value(v)});
   }
-  if (a.flag("--stop-on-nonfinite") && !is_python(a.rest()[0]))
-    throw UsageError("--stop-on-nonfinite works for Python scripts only; a LibTorch program checks "
-                     "Session::stop_requested() itself");
-  return run_profiled(a.rest(), a.value("--out", "ampscope-out"), a.int_value("--every", 1, 1, 1000000),
-                      flags);
+  if (a.flag("--stop-on-nonfinite") && !is_python(a.rest()[0]) &&
+      reports::base_name(a.rest()[0]) != "torchrun")
+    throw UsageError(
+        "--stop-on-nonfinite works for Python scripts only; a LibTorch program checks "
+        "Session::stop_requested() itself");
+  return run_profiled(a.rest(), a.value("--out", "ampscope-out"),
+                      a.int_value("--every", 1, 1, 1000000), flags);
 }
 
 }  // namespace ampscope::cli
