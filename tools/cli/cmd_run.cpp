@@ -23,8 +23,7 @@ extern char** environ;
 namespace ampscope::cli {
 namespace {
 
-constexpr const char* kHelp =
-    R"(usage: ampscope run [--out DIR] [--every N] [--shadow] [--stop-on-nonfinite]
+constexpr const char* kHelp = R"(usage: ampscope run [--out DIR] [--every N] [--shadow] [--stop-on-nonfinite]
                     [--include PATS] [--exclude PATS] [--ops PATS] [--exclude-ops PATS]
                     [--input-stats] -- CMD ARGS...
 
@@ -97,8 +96,7 @@ int spawn_and_wait(const std::vector<std::string>& cmd, const std::string& log) 
   g_running_child = pid;
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
-    if (errno != EINTR)
-      throw UsageError(std::string("waiting for the command: ") + std::strerror(errno));
+    if (errno != EINTR) throw UsageError(std::string("waiting for the command: ") + std::strerror(errno));
   }
   g_running_child = 0;
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -134,10 +132,8 @@ void set_preload_env(const std::vector<std::string>& flags) {
                                                         {"--exclude-ops", "AMPSCOPE_EXCLUDE_OPS"}};
   for (const auto& [flag, env] : valued) {
     auto it = std::find(flags.begin(), flags.end(), flag);
-    if (it != flags.end() && it + 1 != flags.end())
-      ::setenv(env, (it + 1)->c_str(), 1);
-    else
-      ::unsetenv(env);
+    if (it != flags.end() && it + 1 != flags.end()) ::setenv(env, (it + 1)->c_str(), 1);
+    else ::unsetenv(env);
   }
 }
 
@@ -165,8 +161,7 @@ int run_profiled(const std::vector<std::string>& rest, const std::string& out, i
     cmd.insert(cmd.end(), python_flags.begin(), python_flags.end());
     cmd.insert(cmd.end(), rest.begin() + 1, rest.end());
   } else {
-    std::string lib =
-        reports::join_path(reports::join_path(prefix, "lib"), "libampscope_preload.so");
+    std::string lib = reports::join_path(reports::join_path(prefix, "lib"), "libampscope_preload.so");
     if (reports::path_kind(lib) != reports::PathKind::kFile) throw UsageError(lib + ": not found");
     ::setenv("LD_PRELOAD", prepend_env("LD_PRELOAD", lib).c_str(), 1);
     ::setenv("AMPSCOPE_OUT", out.c_str(), 1);
@@ -179,10 +174,8 @@ int run_profiled(const std::vector<std::string>& rest, const std::string& out, i
   }
   const int rc = spawn_and_wait(cmd, log);
   // The next spawn (verify runs two) starts from the caller's environment again.
-  if (prev)
-    ::setenv("LD_PRELOAD", prev_preload.c_str(), 1);
-  else
-    ::unsetenv("LD_PRELOAD");
+  if (prev) ::setenv("LD_PRELOAD", prev_preload.c_str(), 1);
+  else ::unsetenv("LD_PRELOAD");
   return rc;
 }
 
@@ -201,11 +194,10 @@ int cmd_run(const Argv& argv) {
   }
   if (a.flag("--stop-on-nonfinite") && !is_python(a.rest()[0]) &&
       reports::base_name(a.rest()[0]) != "torchrun")
-    throw UsageError(
-        "--stop-on-nonfinite works for Python scripts only; a LibTorch program checks "
-        "Session::stop_requested() itself");
-  return run_profiled(a.rest(), a.value("--out", "ampscope-out"),
-                      a.int_value("--every", 1, 1, 1000000), flags);
+    throw UsageError("--stop-on-nonfinite works for Python scripts only; a LibTorch program checks "
+                     "Session::stop_requested() itself");
+  return run_profiled(a.rest(), a.value("--out", "ampscope-out"), a.int_value("--every", 1, 1, 1000000),
+                      flags);
 }
 
 }  // namespace ampscope::cli
