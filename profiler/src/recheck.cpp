@@ -126,30 +126,12 @@ at::Tensor first_floating(const std::vector<c10::IValue>& values) {
 /// 2^(max(floor(log2|x|), emin) - mantissa).
 void ulp_params(c10::ScalarType t, int* mantissa, int* emin) {
   switch (t) {
-    case at::kHalf:
-      *mantissa = 10;
-      *emin = -14;
-      return;
-    case at::kBFloat16:
-      *mantissa = 7;
-      *emin = -126;
-      return;
-    case at::kDouble:
-      *mantissa = 52;
-      *emin = -1022;
-      return;
-    case at::kFloat8_e4m3fn:
-      *mantissa = 3;
-      *emin = -6;
-      return;
-    case at::kFloat8_e5m2:
-      *mantissa = 2;
-      *emin = -14;
-      return;
-    default:
-      *mantissa = 23;
-      *emin = -126;
-      return;
+    case at::kHalf: *mantissa = 10; *emin = -14; return;
+    case at::kBFloat16: *mantissa = 7; *emin = -126; return;
+    case at::kDouble: *mantissa = 52; *emin = -1022; return;
+    case at::kFloat8_e4m3fn: *mantissa = 3; *emin = -6; return;
+    case at::kFloat8_e5m2: *mantissa = 2; *emin = -14; return;
+    default: *mantissa = 23; *emin = -126; return;
   }
 }
 
@@ -166,8 +148,7 @@ void compare(const at::Tensor& low, const at::Tensor& ref, Fp32Check& c) {
   if (c.compared == 0) return;
   const at::Tensor x = a.masked_select(both), y = b.masked_select(both);
   const at::Tensor d = x - y;
-  const double nd = d.norm().item<double>(), ny = y.norm().item<double>(),
-               nx = x.norm().item<double>();
+  const double nd = d.norm().item<double>(), ny = y.norm().item<double>(), nx = x.norm().item<double>();
   c.rel_err = ny > 0 ? nd / ny : (nd == 0 ? 0.0 : INFINITY);
   if (nx > 0 && ny > 0) {
     c.cosine = (x * y).sum().item<double>() / (nx * ny);

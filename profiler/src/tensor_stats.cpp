@@ -13,16 +13,11 @@ namespace ampscope {
 
 std::optional<DType> to_dtype(c10::ScalarType st) {
   switch (st) {
-    case c10::ScalarType::Float:
-      return DType::kFloat32;
-    case c10::ScalarType::Half:
-      return DType::kFloat16;
-    case c10::ScalarType::BFloat16:
-      return DType::kBFloat16;
-    case c10::ScalarType::Double:
-      return DType::kFloat64;
-    default:
-      return std::nullopt;
+    case c10::ScalarType::Float: return DType::kFloat32;
+    case c10::ScalarType::Half: return DType::kFloat16;
+    case c10::ScalarType::BFloat16: return DType::kBFloat16;
+    case c10::ScalarType::Double: return DType::kFloat64;
+    default: return std::nullopt;
   }
 }
 
@@ -75,15 +70,14 @@ namespace {
 /// A CUDA tensor: the CUDA kernel on the current stream, one sync for the copy back. float64
 /// is read on the host (the kernel reads 32- and 16-bit floats only).
 Stats tensor_stats_cuda(const at::Tensor& t) {
-  TORCH_CHECK(t.layout() == c10::kStrided,
-              "ampscope::tensor_stats: expected a strided tensor, got ", t.layout());
+  TORCH_CHECK(t.layout() == c10::kStrided, "ampscope::tensor_stats: expected a strided tensor, got ",
+              t.layout());
   if (t.numel() == 0) return Stats{};
   if (t.scalar_type() == c10::ScalarType::Double) return tensor_stats(t.cpu());
   if (t.is_neg()) return tensor_stats_cuda(t.resolve_neg());
   const int device = t.device().index();
   try {
-    return compute_stats_cuda(make_view(t), device,
-                              c10::cuda::getCurrentCUDAStream(device).stream());
+    return compute_stats_cuda(make_view(t), device, c10::cuda::getCurrentCUDAStream(device).stream());
   } catch (const std::runtime_error& e) {
     TORCH_CHECK(false, "ampscope::tensor_stats: ", e.what());
   }
@@ -123,8 +117,8 @@ Stats tensor_stats(const at::Tensor& t, int max_threads) {
   if (t.is_cuda()) return tensor_stats_cuda(t);
   TORCH_CHECK(t.device().is_cpu(), "ampscope::tensor_stats: expected a CPU tensor, got one on ",
               t.device());
-  TORCH_CHECK(t.layout() == c10::kStrided,
-              "ampscope::tensor_stats: expected a strided tensor, got ", t.layout());
+  TORCH_CHECK(t.layout() == c10::kStrided, "ampscope::tensor_stats: expected a strided tensor, got ",
+              t.layout());
   if (t.numel() == 0) return Stats{};
   // Conjugate/negative views carry a lazy flag the raw data does not reflect; real floating
   // tensors have no conjugate bit, but a negative bit would flip signs: materialise it.
