@@ -27,7 +27,10 @@ inline bool is_wrapper_call(const at::RecordFunction& fn) {
 inline bool is_transparent_record(const at::RecordFunction& fn) {
   if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION)
     return std::string_view(fn.name()) == "CheckpointFunctionBackward";
-  return fn.scope() == at::RecordScope::FUNCTION && !fn.operator_name().has_value();
+  // dispatcher ops are "ns::name"; a Function's apply records its class name (no string copy
+  // here: operator_name() would build one per op)
+  return fn.scope() == at::RecordScope::FUNCTION &&
+         std::string_view(fn.name()).find("::") == std::string_view::npos;
 }
 
 /// True for communication ops (c10d collectives, FSDP's buffer ops): their outputs are filled
