@@ -24,6 +24,7 @@
 #include "observer_device.h"
 #include "provenance.h"
 #include "recheck.h"
+#include "wrapper_calls.h"
 
 namespace ampscope {
 namespace detail {
@@ -82,7 +83,7 @@ OpInfo make_info(const at::RecordFunction& fn, std::string_view name) {
   info.filtered_out = !global().op_filter.allows(name);
   info.uninitialized = name == "aten::empty" || name == "aten::empty_like" ||
                        name == "aten::empty_strided" || name == "aten::new_empty" ||
-                       name == "aten::new_empty_strided";
+                       name == "aten::new_empty_strided" || is_collective(name);
   if (auto opname = fn.operator_name()) {
     if (auto handle = c10::Dispatcher::singleton().findOp(*opname)) {
       info.autocast_cpu = handle->hasKernelForDispatchKey(c10::DispatchKey::AutocastCPU);
@@ -177,7 +178,10 @@ SeqRing& forward_ring(ThreadState& t, const at::RecordFunction& fn) {
   return *t.ring;
 }
 
-bool is_floating(const at::Tensor& t) { return t.defined() && t.is_floating_point(); }
+// complex and quantized too: stats_supported() skips them with a note
+bool is_floating(const at::Tensor& t) {
+  return t.defined() && (t.is_floating_point() || t.is_complex() || t.is_quantized());
+}
 
 /// Widest floating dtype among the tensors (-1 when none); also reports the first device.
 template <typename Range>
@@ -251,13 +255,15 @@ Phase forward_phase(const ThreadState& t) {
 }
 
 void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call) {
-  if (torch::autograd::get_current_graph_task_id() != -1) {
+  const bool in_backward = torch::autograd::get_current_graph_task_id() != -1;
+  if (in_backward && t.layers.empty()) {
     // Run by the autograd engine outside any node (e.g. validate_outputs' sum_to of a
     // broadcast gradient, gradient hooks): backward work of the node that ran last.
     call.phase = Phase::kBackward;
     call.layer = t.backward_layer;
   } else {
-    call.phase = forward_phase(t);
+    // inside backward with a module running: a checkpointed layer's recomputed forward
+    call.phase = in_backward ? Phase::kBackward : forward_phase(t);
     call.layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();
     forward_ring(t, fn).put(fn.seqNr(), call.layer);
   }
@@ -429,6 +435,13 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (!g.running.load(std::memory_order_relaxed)) return nullptr;
   auto& t = thread_state();
   if (is_engine_wrapper(fn)) return std::make_unique<EngineWrapper>();
+  // A DTensor (or torch.func) call: transparent like the engine's wrapper; its inner call on
+  // the local tensors becomes the top-level call.
+  if (t.depth == 0 && (is_transparent_record(fn) || is_wrapper_call(fn))) {
+    if (torch::autograd::get_current_graph_task_id() == -1)  // its node: this layer's
+      forward_ring(t, fn).put(fn.seqNr(), t.layers.empty() ? kOutsideLayerId : t.layers.back());
+    return std::make_unique<EngineWrapper>();
+  }
   int depth = t.depth++;
   std::int64_t step = g.step.load(std::memory_order_relaxed);
   if (depth == 0 && fn.scope() == at::RecordScope::FUNCTION && fn.name()[0] == 'a') {
@@ -881,6 +894,7 @@ void Observer::start(const ObserverOptions& options) {
   std::lock_guard<std::mutex> lock(detail::g_control_mu);
   if (g.running.load()) throw std::logic_error("ampscope: the observer is already running");
   g.reset();
+  reset_storage_skips();
   detail::provenance().reset();
   detail::device_start();
   {
@@ -1033,6 +1047,7 @@ ObserverSnapshot Observer::snapshot() {
   }
   snap.steps = g.step.load();
   detail::device_report(snap);
+  for (auto& note : storage_skip_notes()) snap.notes.push_back(std::move(note));
   return snap;
 }
 

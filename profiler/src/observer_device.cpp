@@ -261,7 +261,8 @@ void device_bind(std::uint64_t external_id, ThreadTable& table, const OpKey& key
 namespace {
 
 bool device_readable(const at::Tensor& t) {
-  if (!t.defined() || !t.is_cuda() || !has_readable_storage(t)) return false;
+  if (!t.defined() || !t.is_cuda() || t.layout() != c10::kStrided) return false;
+  if (!has_readable_storage(t)) return false;  // a CUDA DTensor/fake/functorch wrapper
   const auto dt = to_dtype(t.scalar_type());
   return dt && *dt != DType::kFloat64;
 }

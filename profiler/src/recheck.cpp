@@ -1,14 +1,78 @@
 #include "recheck.h"
 
 #include <ATen/ATen.h>
+#include <ATen/core/Generator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
+#include <ampscope/profiler/tensor_stats.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <cmath>
+#include <mutex>
 
 namespace ampscope::detail {
 namespace {
+
+/// The state of every random generator a re-run could draw from (the default CPU one, the
+/// default one of each CUDA device among the inputs, generators passed as arguments), restored
+/// when the guard ends: a profiler must not change the random numbers the program draws next.
+class RngGuard {
+ public:
+  explicit RngGuard(const std::vector<c10::IValue>& inputs) {
+    keep(at::globalContext().defaultGenerator(c10::DeviceType::CPU));
+    for (const auto& v : inputs) {
+      if (v.isGenerator()) keep(v.toGenerator());
+      if (v.isTensor() && v.toTensor().defined() && v.toTensor().is_cuda())
+        keep(at::globalContext().defaultGenerator(v.toTensor().device()));
+    }
+  }
+  RngGuard(const RngGuard&) = delete;
+  RngGuard& operator=(const RngGuard&) = delete;
+  ~RngGuard() {
+    for (auto& s : saved_) {
+      std::lock_guard<std::mutex> lock(s.gen.mutex());
+      s.gen.set_state(s.state);
+    }
+  }
+  /// True when the re-run drew random numbers (its result is not comparable with the call's).
+  bool consumed() {
+    for (auto& s : saved_) {
+      at::Tensor now;
+      {
+        std::lock_guard<std::mutex> lock(s.gen.mutex());
+        now = s.gen.get_state();
+      }
+      if (!at::equal(s.state, now)) return true;
+    }
+    return false;
+  }
+
+ private:
+  struct Saved {
+    at::Generator gen;
+    at::Tensor state;
+  };
+  void keep(at::Generator gen) {
+    if (!gen.defined()) return;
+    for (const auto& s : saved_)
+      if (s.gen == gen) return;
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    saved_.push_back({gen, gen.get_state()});
+  }
+  std::vector<Saved> saved_;
+};
+
+/// Only tensors with memory of their own are copied and compared (never a wrapper's).
+bool all_readable(const std::vector<c10::IValue>& values) {
+  for (const auto& v : values) {
+    if (v.isTensor() && v.toTensor().defined() && !has_readable_storage(v.toTensor())) return false;
+    if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList().vec())
+        if (t.defined() && !has_readable_storage(t)) return false;
+    }
+  }
+  return true;
+}
 
 at::Tensor upcast(const at::Tensor& t) {
   if (!t.defined() || !t.is_floating_point()) return t;
@@ -104,7 +168,7 @@ std::optional<Fp32Check> recheck_fp32(const at::RecordFunction& fn,
                                       const std::vector<c10::IValue>& inputs,
                                       const std::vector<c10::IValue>& outputs) {
   auto name = fn.operator_name();
-  if (!name) return std::nullopt;
+  if (!name || !all_readable(inputs) || !all_readable(outputs)) return std::nullopt;
   auto handle = c10::Dispatcher::singleton().findOp(*name);
   if (!handle) return std::nullopt;
   try {
@@ -114,7 +178,9 @@ std::optional<Fp32Check> recheck_fp32(const at::RecordFunction& fn,
     torch::jit::Stack stack;
     stack.reserve(inputs.size());
     for (const auto& v : inputs) stack.push_back(upcast(v));
+    RngGuard rng(inputs);
     handle->callBoxed(&stack);
+    if (rng.consumed()) return std::nullopt;  // dropout, randn_like...: another draw
     Fp32Check c;
     c.also_nonfinite = any_nonfinite(stack);
     compare(first_floating(outputs), first_floating(stack), c);

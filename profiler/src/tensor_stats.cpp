@@ -21,24 +21,38 @@ std::optional<DType> to_dtype(c10::ScalarType st) {
   }
 }
 
-bool has_readable_storage(const at::Tensor& t) {
-  if (!t.defined() || t.layout() != c10::kStrided || t.is_nested() || t.is_meta()) return false;
-  // Wrapper subclasses (DTensor, __torch_dispatch__ tensors) and functional tensors carry no
-  // memory of their own; the ops on their local tensors are observed instead.
-  const auto keys = t.key_set();
-  if (keys.has(c10::DispatchKey::Python) || keys.has(c10::DispatchKey::Functionalize) ||
-      keys.has(c10::DispatchKey::FuncTorchGradWrapper) ||
-      keys.has(c10::DispatchKey::FuncTorchBatched)) {
-    return false;
-  }
-  if (!t.has_storage()) return false;
-  return t.numel() == 0 || t.storage().data() != nullptr;
+namespace detail {
+void note_storage_skip(StorageKind k);
 }
 
 bool stats_supported(const at::Tensor& t) {
-  return t.defined() && t.device().is_cpu() && to_dtype(t.scalar_type()).has_value() &&
-         has_readable_storage(t);
+  if (!t.defined()) return false;
+  const StorageKind kind = storage_kind(t);
+  if (kind != StorageKind::kReadable) {
+    // counted only where a stats kernel would have had something to say
+    if (t.is_floating_point() || t.is_complex() || t.is_quantized()) detail::note_storage_skip(kind);
+    return false;
+  }
+  return t.device().is_cpu() && to_dtype(t.scalar_type()).has_value();
 }
+
+namespace {
+
+/// A clear error for a tensor whose memory cannot be read (never torch's internal error).
+void check_readable(const at::Tensor& t) {
+  const StorageKind kind = storage_kind(t);
+  TORCH_CHECK_VALUE(kind == StorageKind::kReadable, "ampscope::tensor_stats: cannot read ",
+                    storage_kind_name(kind),
+                    kind == StorageKind::kSubclass
+                        ? " (for a DTensor pass .to_local() or .full_tensor())"
+                    : kind == StorageKind::kNested    ? " (pass its .unbind() components)"
+                    : kind == StorageKind::kSparse    ? " (pass .values() or .to_dense())"
+                    : kind == StorageKind::kQuantized ? " (pass .dequantize())"
+                    : kind == StorageKind::kComplex   ? " (pass torch.view_as_real(t))"
+                                                      : "");
+}
+
+}  // namespace
 
 TensorView make_view(const at::Tensor& t) {
   const auto dt = to_dtype(t.scalar_type());
@@ -97,13 +111,9 @@ Stats compute_stats_on_pool(const TensorView& view) {
 }  // namespace
 
 Stats tensor_stats(const at::Tensor& t, int max_threads) {
-  if (!t.defined() || !to_dtype(t.scalar_type()).has_value()) return Stats{};
-  TORCH_CHECK(!t.is_nested() && t.layout() == c10::kStrided,
-              "ampscope::tensor_stats: expected a strided tensor, got a ",
-              t.is_nested() ? std::string("nested") : c10::str(t.layout()), " tensor");
-  TORCH_CHECK(has_readable_storage(t),
-              "ampscope::tensor_stats: this tensor has no memory of its own (a meta, functional "
-              "or wrapper-subclass tensor such as DTensor); pass its local tensor");
+  if (!t.defined()) return Stats{};
+  check_readable(t);
+  if (!to_dtype(t.scalar_type()).has_value()) return Stats{};
   if (t.is_cuda()) return tensor_stats_cuda(t);
   TORCH_CHECK(t.device().is_cpu(), "ampscope::tensor_stats: expected a CPU tensor, got one on ",
               t.device());

@@ -44,7 +44,9 @@ def step():
     """Marks the end of a training step (optimizer steps are detected automatically)."""
     if _active is not None:
         _active._tracker.check_stop()
-    _core.ops().mark_step()
+        _active._tracker.user_step()  # steps come from here now, not from optimizers
+    else:
+        _core.ops().mark_step()
 
 
 def tensor_stats(t):

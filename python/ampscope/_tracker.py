@@ -16,6 +16,11 @@ from torch.optim.optimizer import (register_optimizer_step_post_hook,
 from . import _core
 
 
+def _is_dtensor(t):
+    dtensor = getattr(getattr(torch.distributed, "tensor", None), "DTensor", None)
+    return dtensor is not None and isinstance(t, dtensor)
+
+
 class Tracker:
     def __init__(self, stop=None):
         self._stop = stop  # exception class raised once the first NaN/Inf is seen (or None)
@@ -27,6 +32,10 @@ class Tracker:
         self._params = {}         # id(param) -> qualified name of its first owner (tied: once)
         self.root_callbacks = []  # called with (root, names) when a new root is registered
         self.compiled = []        # names of torch.compile'd modules seen (not observed op by op)
+        self._sharded = []        # (weakref(param), name, layer, type) of DTensor parameters
+        self._step_owner = None   # weakref to the optimizer whose steps end training steps
+        self._manual_steps = False    # ampscope.step() marks steps (optimizers no longer do)
+        self._optimizer_marked = False  # an optimizer ended the step since the last step()
 
     # -- names
     def register_root(self, root, prefix=None):
@@ -61,6 +70,11 @@ class Tracker:
                 continue
             self._params[id(param)] = full
             ops.name_param(param, layer, layer_type)
+            if _is_dtensor(param):
+                # FSDP2 assigns a sharded parameter's .grad itself (reduce-scatter), so no hook
+                # fires: its local shard is read at the optimizer step
+                self._sharded.append((weakref.ref(param), full, layer, layer_type))
+                continue
 
             def record(grad, full=full):
                 # a sharded (DTensor) gradient: this rank's shard is what its memory holds
@@ -168,14 +182,44 @@ class Tracker:
     def _before_optimizer_step(self, optimizer, args, kwargs):
         # the optimizer runs: a GradScaler that found inf would have skipped it, so non-finite
         # gradients of this step are harmful now
+        self._record_sharded_grads(optimizer)
         _core.ops().optimizer_step_begins()
         self.check_stop()
         _core.ops().push_phase("optimizer")
 
-    @staticmethod
-    def _after_optimizer_step(optimizer, args, kwargs):
+    def _record_sharded_grads(self, optimizer):
+        """The local shards of this optimizer's DTensor gradients (each parameter belongs to
+        one optimizer, so each is recorded once per step)."""
+        if not self._sharded:
+            return
+        mine = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        for ref, full, layer, layer_type in self._sharded:
+            param = ref()
+            grad = getattr(param, "grad", None)
+            if param is None or grad is None or id(param) not in mine:
+                continue
+            local = getattr(grad, "_local_tensor", grad)  # DTensor: this rank's shard
+            _core.ops().param_grad(full, layer, layer_type, local)
+
+    def _after_optimizer_step(self, optimizer, args, kwargs):
         _core.ops().pop_phase()
-        _core.ops().mark_step()
+        # one training step per step of the first optimizer that steps (several optimizers
+        # must not multiply run.steps); none once the script calls ampscope.step()
+        if self._manual_steps:
+            return
+        if self._step_owner is None or self._step_owner() is None:
+            self._step_owner = weakref.ref(optimizer)
+        if self._step_owner() is optimizer:
+            self._optimizer_marked = True
+            _core.ops().mark_step()
+
+    def user_step(self):
+        """ampscope.step(): from now on the script marks steps. A step its optimizer already
+        ended is not ended twice."""
+        self._manual_steps = True
+        already, self._optimizer_marked = self._optimizer_marked, False
+        if not already:
+            _core.ops().mark_step()
 
     def remove(self):
         for h in self._handles + self._param_hooks:

@@ -103,6 +103,12 @@ Report merge_reports(const std::vector<Report>& reports) {
     }
   }
   out.run.notes.push_back("merged from " + std::to_string(by_rank.size()) + " rank reports");
+  out.run.notes.push_back(
+      "merged stats: count, nan, posinf, neginf, zeros, overflow/underflow/subnormal and "
+      "exp_hist are exact sums, absmax and absmin_nonzero exact extrema over the ranks; mean and "
+      "rms are count-weighted (exact up to rounding). A sharded parameter's (FSDP2/DTensor) "
+      "shards add up to the whole gradient; a replicated one (DDP) is counted once per rank, and "
+      "updates add over the ranks");
   for (const NonFiniteEvent& e : out.first_nonfinite_by_rank) {
     if (!out.first_nonfinite || e.step < out.first_nonfinite->step) out.first_nonfinite = e;
   }

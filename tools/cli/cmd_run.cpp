@@ -31,6 +31,9 @@ Runs a command under the profiler and writes DIR/report.json, report.html and
 precision_map.json (default DIR: ampscope-out). Exits with the command's exit code.
   python script.py ARGS   runs as `python -m ampscope --out DIR script.py ARGS` (the Python
                           package next to this binary is put on PYTHONPATH)
+  torchrun [OPTS] script.py ARGS
+                          every rank runs `-m ampscope --out DIR script.py ARGS` and writes
+                          DIR/report.rank<R>.json (+ html, map); combine with `ampscope merge`
   any other program       a LibTorch program, run with libampscope_preload.so in LD_PRELOAD:
                           profiling starts when it loads and the report is written when it
                           exits normally. Its ops land in "<outside>" unless its modules use
@@ -106,6 +109,17 @@ bool is_python(const std::string& program) {
   return reports::base_name(program).rfind("python", 0) == 0;
 }
 
+/// `torchrun [its options] script.py args`: where the script starts (0: not torchrun, or no
+/// `.py` argument to run under `-m ampscope`).
+std::size_t torchrun_script(const std::vector<std::string>& rest) {
+  if (reports::base_name(rest[0]) != "torchrun") return 0;
+  for (std::size_t i = 1; i < rest.size(); ++i) {
+    const std::string& a = rest[i];
+    if (a.size() > 3 && a[0] != '-' && a.compare(a.size() - 3, 3, ".py") == 0) return i;
+  }
+  throw UsageError("run: no training script (*.py) in the torchrun command");
+}
+
 /// The recording flags as the preload library's environment (AMPSCOPE_SHADOW, _INPUT_STATS,
 /// _INCLUDE, _EXCLUDE, _OPS, _EXCLUDE_OPS).
 void set_preload_env(const std::vector<std::string>& flags) {
@@ -131,7 +145,16 @@ int run_profiled(const std::vector<std::string>& rest, const std::string& out, i
   const std::string prev_preload = prev ? prev : "";
   std::string prefix = install_dir();
   std::vector<std::string> cmd;
-  if (is_python(rest[0])) {
+  if (const std::size_t script = torchrun_script(rest); script > 0) {
+    // every rank runs `-m ampscope ... script.py`: one report per rank (report.rank<R>.json)
+    ::setenv("PYTHONPATH", prepend_env("PYTHONPATH", reports::join_path(prefix, "python")).c_str(),
+             1);
+    cmd.assign(rest.begin(), rest.begin() + static_cast<std::ptrdiff_t>(script));
+    for (const char* a : {"-m", "ampscope", "--out"}) cmd.emplace_back(a);
+    cmd.insert(cmd.end(), {out, "--every", std::to_string(every)});
+    cmd.insert(cmd.end(), python_flags.begin(), python_flags.end());
+    cmd.insert(cmd.end(), rest.begin() + static_cast<std::ptrdiff_t>(script), rest.end());
+  } else if (is_python(rest[0])) {
     std::string pkg = reports::join_path(prefix, "python");
     ::setenv("PYTHONPATH", prepend_env("PYTHONPATH", pkg).c_str(), 1);
     cmd = {rest[0], "-m", "ampscope", "--out", out, "--every", std::to_string(every)};
@@ -169,7 +192,8 @@ int cmd_run(const Argv& argv) {
   for (const char* v : {"--include", "--exclude", "--ops", "--exclude-ops"}) {
     if (!a.value(v).empty()) flags.insert(flags.end(), {v, a.value(v)});
   }
-  if (a.flag("--stop-on-nonfinite") && !is_python(a.rest()[0]))
+  if (a.flag("--stop-on-nonfinite") && !is_python(a.rest()[0]) &&
+      reports::base_name(a.rest()[0]) != "torchrun")
     throw UsageError("--stop-on-nonfinite works for Python scripts only; a LibTorch program checks "
                      "Session::stop_requested() itself");
   return run_profiled(a.rest(), a.value("--out", "ampscope-out"), a.int_value("--every", 1, 1, 1000000),

@@ -5,17 +5,49 @@
 
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "ampscope/profiler/stats.h"
 
 namespace ampscope {
 
-/// True when the tensor's elements lie in memory of its own that can be read: strided, not
-/// nested or meta, not a wrapper subclass (DTensor, __torch_dispatch__) or functional tensor.
+/// Whether a tensor's elements can be read through its data pointer, and if not, why.
+enum class StorageKind {
+  kReadable,     ///< a plain CPU/CUDA strided tensor with storage of its own
+  kSubclass,     ///< a tensor subclass without storage (DTensor, FakeTensor, __torch_dispatch__)
+  kFunctorch,    ///< a torch.func level (grad/vmap wrapper) or a functionalization wrapper
+  kMeta,         ///< a meta tensor (shapes only)
+  kNested,       ///< a nested tensor
+  kSparse,       ///< a sparse (COO/CSR/...) or other non-strided layout
+  kQuantized,    ///< a quantized tensor
+  kComplex,      ///< a complex tensor (no stats kernel)
+  kOtherDevice,  ///< a device other than CPU and CUDA
+};
+
+/// Why `t`'s memory may or may not be read (kReadable: it may). Reads no data; never throws.
+StorageKind storage_kind(const at::Tensor& t);
+
+/// True when `t` is defined and its elements live in storage of its own that may be read.
 bool has_readable_storage(const at::Tensor& t);
 
-/// True for float32/float16/bfloat16/float64 CPU tensors with readable storage.
+/// True for wrappers whose ops torch re-runs on the tensors they wrap (DTensor and other
+/// __torch_dispatch__ subclasses, torch.func levels, functionalization): the inner call is the
+/// one worth recording.
+bool is_unwrapped_by_torch(const at::Tensor& t);
+
+/// Short human name of a kind, for notes ("tensor subclasses without storage (DTensor...)").
+const char* storage_kind_name(StorageKind k);
+
+/// True for float32/float16/bfloat16/float64 tensors with readable storage on the CPU. A
+/// floating or complex tensor that cannot be read is counted for the report's notes.
 bool stats_supported(const at::Tensor& t);
+
+/// How many reads of each unreadable kind were skipped since reset_storage_skips(), as notes.
+std::vector<std::string> storage_skip_notes();
+
+/// Clears the counts behind storage_skip_notes() (a new observation starts).
+void reset_storage_skips();
 
 /// The kernel dtype of a torch scalar type; nullopt for any other type.
 std::optional<DType> to_dtype(c10::ScalarType st);
