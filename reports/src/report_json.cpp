@@ -790,9 +790,11 @@ Report read_report(const std::string& path) {
   }
 }
 
-void write_report(const Report& r, const std::string& path) {
-  write_file_atomic(path, report_to_ojson(r).dump(-1, ' ', false, ojson::error_handler_t::replace) + "\n");
+std::string report_text(const Report& r) {
+  return report_to_ojson(r).dump(-1, ' ', false, ojson::error_handler_t::replace) + "\n";
 }
+
+void write_report(const Report& r, const std::string& path) { write_file_atomic(path, report_text(r)); }
 
 void write_file_atomic(const std::string& path, const std::string& content) {
   const std::string dir = parent_dir(path);

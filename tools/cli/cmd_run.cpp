@@ -3,7 +3,9 @@
 // libampscope_preload.so in LD_PRELOAD.
 #include <ampscope/reports/files.h>
 #include <fmt/core.h>
+#include <ampscope/reports/out_dir.h>
 #include <spawn.h>
+#include <csignal>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,6 +59,31 @@ std::string prepend_env(const char* name, const std::string& value) {
   return old && *old ? value + ":" + old : value;
 }
 
+volatile sig_atomic_t g_child = 0;
+
+/// While the CLI waits, SIGINT/SIGTERM go to the command (which writes its report and exits
+/// 130/143), not to the waiting CLI: its exit code is then the command's.
+void forward_signal(int sig) {
+  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
+}
+
+struct ForwardSignals {
+  struct sigaction prev_int {}, prev_term {};
+  explicit ForwardSignals(pid_t child) {
+    g_child = child;
+    struct sigaction sa {};
+    sa.sa_handler = forward_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &prev_int);
+    ::sigaction(SIGTERM, &sa, &prev_term);
+  }
+  ~ForwardSignals() {
+    ::sigaction(SIGINT, &prev_int, nullptr);
+    ::sigaction(SIGTERM, &prev_term, nullptr);
+    g_child = 0;
+  }
+};
+
 }  // namespace
 
 int spawn_and_wait(const std::vector<std::string>& cmd) {
@@ -66,6 +93,7 @@ int spawn_and_wait(const std::vector<std::string>& cmd) {
   pid_t pid = 0;
   int rc = ::posix_spawnp(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
   if (rc != 0) throw UsageError("cannot run '" + cmd[0] + "': " + std::strerror(rc));
+  ForwardSignals forward(pid);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) throw UsageError(std::string("waiting for the command: ") + std::strerror(errno));
@@ -101,6 +129,7 @@ void set_preload_env(const std::vector<std::string>& flags) {
 
 int run_profiled(const std::vector<std::string>& rest, const std::string& out, int every,
                  const std::vector<std::string>& python_flags) {
+  reports::check_writable(out);  // an unusable --out fails before the command runs
   const char* prev = std::getenv("LD_PRELOAD");
   const std::string prev_preload = prev ? prev : "";
   std::string prefix = install_dir();

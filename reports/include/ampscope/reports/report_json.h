@@ -36,6 +36,8 @@ Report report_from_json(const nlohmann::json& j);
 /// Reads and validates a report file; throws ReportError (missing, directory, empty, truncated,
 /// not JSON, wrong schema, wrong types).
 Report read_report(const std::string& path);
+/// The report file's text (compact JSON and a newline).
+std::string report_text(const Report& r);
 /// Writes the report as JSON, atomically (temp file in the same folder + rename).
 void write_report(const Report& r, const std::string& path);
 /// Writes `content` to `path` atomically; throws std::runtime_error naming the path on failure.
