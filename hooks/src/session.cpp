@@ -2,6 +2,7 @@
 #include <ampscope/hooks/session.h>
 #include <ampscope/reports/files.h>
 #include <ampscope/reports/html.h>
+#include <ampscope/reports/out_dir.h>
 #include <ampscope/reports/precision_map.h>
 #include <ampscope/reports/recommend.h>
 #include <ampscope/reports/report_json.h>
@@ -13,6 +14,8 @@
 #include <cstdio>
 #include <ctime>
 #include <map>
+
+#include <unistd.h>
 
 #include "report_builder.h"
 
@@ -58,6 +61,10 @@ std::vector<std::string> Session::apply_precision_map(const std::string& path) {
 }
 
 void Session::start() {
+  // The output folder is checked and claimed before anything runs: an unusable or busy --out
+  // fails now, not after training.
+  if (!options_.out_dir.empty()) out_lock_ = reports::claim_out_dir(options_.out_dir, "report");
+  owner_pid_ = static_cast<int>(::getpid());
   ObserverOptions o;
   o.every = options_.every;
   o.shadow = options_.shadow;
@@ -76,10 +83,12 @@ void Session::stop() {
   if (!running_) return;
   Observer::stop();
   running_ = false;
-  if (!options_.out_dir.empty() && !written_) {
+  // A forked child that inherited the session never writes over its parent's report.
+  if (!options_.out_dir.empty() && !written_ && ::getpid() == owner_pid_) {
     write(options_.out_dir);
     written_ = true;
   }
+  out_lock_.reset();
 }
 
 void Session::step() { Observer::mark_step(); }
@@ -131,13 +140,15 @@ reports::Report Session::report() const {
 
 std::string write_report_files(const reports::Report& r, const std::string& dir,
                                const std::string& stem, bool html) {
-  reports::make_directories(dir);
+  // One set: a kill at any moment leaves all three files of this run or of the previous one.
   auto json_path = reports::join_path(dir, stem + ".json");
-  reports::write_report(r, json_path);
-  if (html) reports::write_file_atomic(reports::join_path(dir, stem + ".html"), reports::render_html(r));
+  std::vector<reports::FileContent> files;
+  if (html) files.push_back({reports::join_path(dir, stem + ".html"), reports::render_html(r)});
   std::string rest = stem.rfind("report", 0) == 0 ? stem.substr(6) : "." + stem;
-  reports::write_precision_map(reports::precision_map_from(r.recommendations),
-                               reports::join_path(dir, "precision_map" + rest + ".json"));
+  files.push_back({reports::join_path(dir, "precision_map" + rest + ".json"),
+                   reports::precision_map_text(reports::precision_map_from(r.recommendations))});
+  files.push_back({json_path, reports::report_text(r)});
+  reports::write_files_atomic(files);
   return json_path;
 }
 

@@ -10,16 +10,53 @@ import json
 import os
 import signal
 import sys
+import threading
 
 import torch
 
 from . import _core
-from ._pin import MapError, apply_precision_map, load_map
+from ._pin import MapError, apply_precision_map, load_map  # noqa: F401 (re-exported)
 from ._tracker import Tracker
 
-__all__ = ["profile", "step", "tensor_stats", "apply_precision_map", "MapError", "NonFiniteStop"]
+__all__ = ["profile", "step", "tensor_stats", "apply_precision_map", "MapError", "NonFiniteStop",
+           "OutputError"]
 
 _active = None
+
+
+class OutputError(RuntimeError):
+    """The output folder cannot take the report (not writable, full, or in use by another run);
+    raised when profiling starts, before anything runs. One-line message."""
+
+
+class _DeferSignals:
+    """SIGINT/SIGTERM while the report is built and written are recorded, not raised, so the
+    report is finished; `pending` is the first one (handled once), re-delivered by the caller."""
+
+    def __init__(self):
+        self.pending = None
+        self._previous = {}
+
+    def _record(self, signum, frame):
+        if self.pending is None:
+            self.pending = signum
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._record)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        return False
+
+
+def _signal_exit(exc):
+    """True when `exc` is already the way out of a signal (KeyboardInterrupt, SystemExit(130/143))."""
+    return isinstance(exc, KeyboardInterrupt) or (
+        isinstance(exc, SystemExit) and exc.code in (128 + signal.SIGTERM, 128 + signal.SIGINT))
 
 
 class NonFiniteStop(RuntimeError):
@@ -35,9 +72,10 @@ class NonFiniteStop(RuntimeError):
         e = self.event
         if not e:
             return "stopped at the first non-finite value"
-        layer = e["layer"] if e["layer"] else "(root)"
-        return (f"stopped at the first non-finite value: {e['kind']} in layer {layer}, "
-                f"op {e['op']}, step {e['step']} ({e['phase']})")
+        safe = _core.terminal_safe  # names come from the model: printed escaped
+        layer = safe(e["layer"]) if e["layer"] else "(root)"
+        return (f"stopped at the first non-finite value: {safe(e['kind'])} in layer {layer}, "
+                f"op {safe(e['op'])}, step {e['step']} ({safe(e['phase'])})")
 
 
 def step():
@@ -112,6 +150,9 @@ class profile:
             precision_map = os.environ.get("AMPSCOPE_PRECISION_MAP") or None
         self._pins = load_map(precision_map)["pin_fp32"] if precision_map is not None else []
         self.pinned = []
+        self.joined = None      # the outer active profile this one joined (python -m ampscope)
+        self._claimed = None    # (dir, stem) claimed by claim_out()
+        self._pid = None
         self._tracker = Tracker(stop=NonFiniteStop if self.stop_on_nonfinite else None)
         self._tracker.root_callbacks.append(self._apply_pins)
 
@@ -119,10 +160,43 @@ class profile:
         from ._pin import apply_to_names
         self.pinned += apply_to_names(names, self._pins)
 
+    def _stem(self):
+        rank, world = _rank_world()
+        return "report" if world <= 1 else f"report.rank{rank}"
+
+    def claim_out(self):
+        """Checks that `out` can take the report (created, writable, enough free space) and
+        claims it against other runs; raises OutputError. Done by __enter__ if not before."""
+        if self.out is None or self._claimed is not None:
+            return
+        try:
+            _core.ops().claim_out(self.out, self._stem())
+        except RuntimeError as e:
+            raise OutputError(_core.one_line(e)) from None
+        self._claimed = (self.out, self._stem())
+
+    def _release_out(self):
+        if self._claimed is not None:
+            _core.ops().release_out(*self._claimed)
+            self._claimed = None
+
+    def _join(self, outer):
+        """A script's own profile() under an active one (python -m ampscope): it records into
+        the outer session; its report is the session's so far, the outer one writes the files."""
+        self.joined = outer
+        if self.model is not None:
+            self._tracker.register_root(self.model)
+        if self.out is not None and self.out != outer.out:
+            sys.stderr.write(f"ampscope: note: profile(out={self.out!r}) joined the active "
+                             f"session; its report is written to {outer.out!r}\n")
+        return self
+
     def __enter__(self):
         global _active
         if _active is not None:
-            raise RuntimeError("ampscope: a profile is already active")
+            return self._join(_active)
+        self.claim_out()
+        self._pid = os.getpid()
         ops = _core.ops()
         ops.reset_layers()
         if self.model is not None:
@@ -146,11 +220,23 @@ class profile:
                 "torch_version": torch.__version__, "notes": notes}
 
     def write(self, out):
-        rank, world = _rank_world()
-        stem = "report" if world <= 1 else f"report.rank{rank}"
-        return _core.ops().write_reports(out, stem, json.dumps(self._run_info()))
+        """Writes report.json, report.html and precision_map.json into `out` as one set (a kill
+        leaves this run's files or the previous ones, never a mix)."""
+        return _core.ops().write_reports(out, self._stem(), json.dumps(self._run_info()))
 
     def __exit__(self, exc_type, exc, tb):
+        if self.joined is not None:
+            self.report = json.loads(_core.ops().report_json(json.dumps(self.joined._run_info())))
+            return False
+        if self._pid != os.getpid():  # a forked child: the parent writes, the child never does
+            return False
+        with _DeferSignals() as deferred:
+            self._finish(exc_type, exc)
+        if deferred.pending is not None and not _signal_exit(exc):
+            signal.raise_signal(deferred.pending)  # now that the report is written
+        return False
+
+    def _finish(self, exc_type, exc):
         global _active
         ops = _core.ops()
         ops.stop()
@@ -158,17 +244,17 @@ class profile:
         _active = None
         if isinstance(exc, NonFiniteStop):
             self.stopped = "nonfinite"
-        elif isinstance(exc, KeyboardInterrupt) or (
-                isinstance(exc, SystemExit) and exc.code in (128 + signal.SIGTERM, 128 + signal.SIGINT)):
+        elif _signal_exit(exc):
             self.stopped = "signal"
-        self.report = json.loads(ops.report_json(json.dumps(self._run_info())))
-        if self.out is not None:
-            try:
+        try:
+            self.report = json.loads(ops.report_json(json.dumps(self._run_info())))
+            if self.out is not None:
                 self.report_path = self.write(self.out)
-            except RuntimeError as e:  # never mask the user's own exception
-                sys.stderr.write(f"ampscope: error: cannot write the report: {e}\n")
-                if exc_type is None:
-                    raise
+        except RuntimeError as e:  # never mask the user's own exception
+            sys.stderr.write(f"ampscope: error: cannot write the report: {_core.one_line(e)}\n")
+            if exc_type is None:
+                raise OutputError(_core.one_line(e)) from None
+        finally:
+            self._release_out()
         if isinstance(exc, NonFiniteStop):
-            exc.event = self.report.get("first_nonfinite")
-        return False
+            exc.event = self.report.get("first_nonfinite") if self.report else None

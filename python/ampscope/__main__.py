@@ -15,7 +15,7 @@ import runpy
 import signal
 import sys
 
-from . import MapError, NonFiniteStop, load_map, profile
+from . import MapError, NonFiniteStop, OutputError, load_map, profile
 
 
 class _Parser(argparse.ArgumentParser):
@@ -71,22 +71,32 @@ def main(argv=None):
         pins = load_map(a.map) if a.map else None
     except MapError as e:
         return _fail(str(e))
-    sys.argv = [a.script, *a.args]
-    sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     prof = profile(out=a.out, every=a.every, shadow=a.shadow, precision_map=pins,
                    stop_on_nonfinite=a.stop_on_nonfinite, include=a.include,
                    exclude=a.exclude, ops=a.ops, exclude_ops=a.exclude_ops,
                    input_stats=a.input_stats,
                    command=" ".join(["python -m ampscope", a.script, *a.args]))
     try:
+        prof.claim_out()  # an unusable or busy --out fails now, not after the script ran
+    except OutputError as e:
+        return _fail(str(e))
+    sys.argv = [a.script, *a.args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
         with prof:
             runpy.run_path(a.script, run_name="__main__")
     except NonFiniteStop as stop:
         sys.stderr.write(f"ampscope: {stop}\n")
         return 3
+    except BrokenPipeError:
+        # `python -m ampscope train.py | head`: the reader left; the report is written.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.stderr.write("ampscope: note: the output pipe was closed (BrokenPipeError)\n")
+        return 128 + signal.SIGPIPE
     finally:
         signal.signal(signal.SIGTERM, previous)
+        prof._release_out()  # also when the script never got to run
         if prof.report_path:
             sys.stderr.write(f"ampscope: wrote {prof.report_path}\n")
     return 0

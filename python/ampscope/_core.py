@@ -16,3 +16,14 @@ def ops():
         torch.ops.load_library(_LIB)
         _loaded = True
     return torch.ops.ampscope
+
+
+def one_line(exc):
+    """The first line of a core error's message (torch may append C++ context lines)."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def terminal_safe(s):
+    """`s` with control and bidi characters escaped, by the core's helper (as summary prints)."""
+    return ops().terminal_safe(str(s))

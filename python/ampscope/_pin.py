@@ -15,32 +15,26 @@ class MapError(ValueError):
 
 
 def load_map(path_or_dict):
-    """The validated map dict from a path or a dict."""
+    """The validated map dict from a path or a dict. Read and checked by the compiled core, the
+    same reader as the CLI's (`ampscope verify --map`, `demo --map`): one set of rules for BOM,
+    NaN, 1e400, nesting depth, FIFOs and types, and the same one-line messages."""
+    from . import _core
     if isinstance(path_or_dict, dict):
-        data, where = path_or_dict, "precision map"
+        try:
+            text = json.dumps(path_or_dict, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise MapError(f"precision map: not representable as JSON ({e})") from None
+        except RecursionError:
+            raise MapError("precision map: nested too deeply") from None
+        path, where = "", "precision map"
     else:
-        where = os.fspath(path_or_dict)
-        if os.path.isdir(where):
-            raise MapError(f"{where}: is a directory, not a precision map file")
-        try:
-            with open(where, encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise MapError(f"{where}: cannot read: {e.strerror}") from None
-        except UnicodeDecodeError:
-            raise MapError(f"{where}: not valid JSON (binary data)") from None
-        if not text.strip():
-            raise MapError(f"{where}: file is empty")
-        try:
-            data = json.loads(text)
-        except (ValueError, UnicodeDecodeError):
-            raise MapError(f"{where}: not valid JSON (truncated or corrupt file?)") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise MapError(f"{where}: not a precision map (schema must be {SCHEMA!r})")
-    pins = data.get("pin_fp32")
-    if not isinstance(pins, list) or not all(isinstance(p, str) for p in pins):
-        raise MapError(f"{where}: pin_fp32 must be a list of layer names")
-    return data
+        path, text, where = os.fspath(path_or_dict), "", ""
+        if not isinstance(path, str):
+            path = os.fsdecode(path)
+    try:
+        return json.loads(_core.ops().read_precision_map(path, text, where))
+    except RuntimeError as e:
+        raise MapError(_core.one_line(e)) from None
 
 
 def _to_fp32(x):

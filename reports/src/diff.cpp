@@ -1,4 +1,5 @@
 #include <ampscope/reports/diff.h>
+#include <ampscope/reports/terminal.h>
 #include <fmt/core.h>
 
 #include <algorithm>
@@ -72,7 +73,10 @@ ReportDiff diff_reports(const Report& before, const Report& after) {
   return d;
 }
 
-std::string render_diff(const ReportDiff& d, const Report& before, const Report& after) {
+std::string render_diff(const ReportDiff& d, const Report& unsafe_before, const Report& unsafe_after) {
+  // Names from the model are printed escaped (terminal_safe), as in the summary.
+  const Report before = terminal_safe(unsafe_before), after = terminal_safe(unsafe_after);
+  auto safe = [](const std::string& s) { return terminal_safe(s); };
   std::string out;
   const char* verdict = d.nonfinite_before && !d.nonfinite_after   ? "gone"
                         : !d.nonfinite_before && d.nonfinite_after ? "NEW"
@@ -85,11 +89,11 @@ std::string render_diff(const ReportDiff& d, const Report& before, const Report&
   out += "pins recommended:";
   if (d.pins_gone.empty() && d.pins_new.empty()) out += " unchanged";
   out += "\n";
-  for (const auto& p : d.pins_gone) out += fmt::format("  no longer needed: {}\n", layer_label(p));
-  for (const auto& p : d.pins_new) out += fmt::format("  new: {}\n", layer_label(p));
+  for (const auto& p : d.pins_gone) out += fmt::format("  no longer needed: {}\n", layer_label(safe(p)));
+  for (const auto& p : d.pins_new) out += fmt::format("  new: {}\n", layer_label(safe(p)));
   out += fmt::format("compute dtype changes (forward): {}\n", d.dtype_changes.size());
   for (const auto& c : d.dtype_changes) {
-    out += fmt::format("  {}  {}: {} -> {}\n", layer_label(c.layer), c.op, c.before, c.after);
+    out += fmt::format("  {}  {}: {} -> {}\n", layer_label(safe(c.layer)), safe(c.op), safe(c.before), safe(c.after));
   }
   if (d.step_s_before > 0 && d.step_s_after > 0) {
     out += fmt::format("time per step: {:.4g} s -> {:.4g} s ({:+.1f}%)\n", d.step_s_before,

@@ -8,15 +8,40 @@
 
 #include <string>
 
+#include <fmt/format.h>
+
 #include "html_detail.h"
 #include "text_util.h"
 
 namespace ampscope::reports {
 
+namespace {
+
+/// The bidirectional control at s[i] (U+061C, U+200E/F, U+202A-E, U+2066-9) as visible
+/// "\uXXXX" text, or "" when s[i] starts none: an unclosed U+202E in a name must not reverse
+/// the rest of the page.
+std::string bidi_control_at(const std::string& s, std::size_t i) {
+  auto b = [&](std::size_t k) { return i + k < s.size() ? static_cast<unsigned char>(s[i + k]) : 0u; };
+  if (b(0) == 0xD8 && b(1) == 0x9C) return "\\u061C";
+  if (b(0) != 0xE2) return "";
+  if (b(1) == 0x80 && (b(2) == 0x8E || b(2) == 0x8F || (b(2) >= 0xAA && b(2) <= 0xAE)))
+    return fmt::format("\\u{:04X}", 0x2000 + (b(2) - 0x80));
+  if (b(1) == 0x81 && b(2) >= 0xA6 && b(2) <= 0xA9) return fmt::format("\\u{:04X}", 0x2040 + (b(2) - 0x80));
+  return "";
+}
+
+}  // namespace
+
 std::string html_escape(const std::string& s) {
   std::string out;
   out.reserve(s.size() + s.size() / 8);
-  for (char c : s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (const std::string bidi = bidi_control_at(s, i); !bidi.empty()) {
+      out += bidi;
+      i += bidi == "\\u061C" ? 1 : 2;
+      continue;
+    }
     switch (c) {
       case '&':
         out += "&amp;";

@@ -164,20 +164,26 @@ const char* html_js() {
   });
   ['activations', 'act_grads', 'param_grads'].forEach(function (k) { D.agg[k] = st(D.agg[k]); });
 
+  // Bidirectional controls in a name (an unclosed U+202E) would reorder the text after it:
+  // every string from the report is shown with them as visible \uXXXX text.
+  var BIDI = /[\u061C\u200E\u200F\u202A-\u202E\u2066-\u2069]/g;
+  function vis(s) {
+    return String(s).replace(BIDI, function (c) { return '\\u' + c.charCodeAt(0).toString(16).toUpperCase(); });
+  }
   function el(tag, cls, text) {
     var e = document.createElement(tag);
     if (cls) e.className = cls;
-    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (text !== undefined && text !== null) e.textContent = vis(text);
     return e;
   }
   function sv(tag, attrs, text) {
     var e = document.createElementNS(NS, tag);
     for (var k in attrs) e.setAttribute(k, String(attrs[k]));
-    if (text !== undefined) e.textContent = String(text);
+    if (text !== undefined) e.textContent = vis(text);
     return e;
   }
   function tip(node, text) { node.appendChild(sv('title', {}, text)); return node; }
-  function label(n) { return n === '' ? '(root)' : n; }
+  function label(n) { return n === '' ? '(root)' : vis(n); }
   var SUP = {'-': '\u207B', 0: '\u2070', 1: '\u00B9', 2: '\u00B2', 3: '\u00B3', 4: '\u2074', 5: '\u2075',
              6: '\u2076', 7: '\u2077', 8: '\u2078', 9: '\u2079'};
   function p2(e) { return '2' + String(e).split('').map(function (c) { return SUP[c]; }).join(''); }
@@ -399,7 +405,7 @@ const char* html_js() {
   }
   function caption(s, f) {
     var c = el('div', 'cap'), k = S.fmt, nz = s.count - nonfinite(s) - s.zeros;
-    function part(txt, bold) { c.appendChild(bold ? el('b', null, txt) : document.createTextNode(txt)); }
+    function part(txt, bold) { c.appendChild(bold ? el('b', null, txt) : document.createTextNode(vis(txt))); }
     part(compact(s.count) + ' values, ' + compact(nz) + ' nonzero finite, absmax ' + num(s.absmax));
     if (nonfinite(s)) part(' \u00B7 NaN ' + s.nan + ', +Inf ' + s.posinf + ', \u2212Inf ' + s.neginf, true);
     part(' \u00B7 in ' + f.name + ': ');

@@ -1,3 +1,6 @@
+// Merging per-rank reports: ops keyed as the observer keys them (op, phase, the three dtypes and
+// the autocast class), every count summed with an int64 overflow check, input stats kept, and
+// reports of different runs refused unless forced.
 #include <ampscope/reports/merge.h>
 #include <ampscope/reports/recommend.h>
 
@@ -10,30 +13,71 @@
 namespace ampscope::reports {
 namespace {
 
-using OpKey = std::tuple<std::string, std::string, std::string, std::string, std::string>;
+using OpKey = std::tuple<std::string, std::string, std::string, std::string, std::string, std::string>;
 
 OpKey key_of(const OpRecord& op) {
-  return {op.op, op.phase, op.input_dtype, op.compute_dtype, op.output_dtype};
+  return {op.op, op.phase, op.input_dtype, op.compute_dtype, op.output_dtype, op.autocast};
 }
 
-void merge_op(OpRecord& into, const OpRecord& op) {
-  into.calls += op.calls;
-  into.casts += op.casts;
+/// a += b, refusing to wrap around (a merged count past int64 is no count at all).
+void add(std::int64_t& a, std::int64_t b, const std::string& where) {
+  if (__builtin_add_overflow(a, b, &a)) throw std::overflow_error(where + ": merged count overflows int64");
+}
+
+/// Stats::merge after checking that no count can overflow: every other count of a valid block
+/// is at most `count` (report_validate.cpp), so checking the counts suffices.
+void merge_stats(Stats& into, const Stats& s, const std::string& where) {
+  std::int64_t total = into.count;
+  add(total, s.count, where + " stats");
+  into.merge(s);
+}
+
+void merge_counts(OpRecord& into, const OpRecord& op, const std::string& w) {
+  add(into.calls, op.calls, w + " calls");
+  add(into.casts, op.casts, w + " casts");
+  add(into.nonfinite_from_finite, op.nonfinite_from_finite, w + " nonfinite_from_finite");
+  add(into.benign_nonfinite, op.benign_nonfinite, w + " benign_nonfinite");
+  add(into.harmful_nonfinite, op.harmful_nonfinite, w + " harmful_nonfinite");
+  add(into.fp32_finite, op.fp32_finite, w + " fp32_finite");
+  add(into.fp32_nonfinite, op.fp32_nonfinite, w + " fp32_nonfinite");
+  std::int64_t launches = into.kernels.launches, time_ns = into.kernels.time_ns;
+  add(launches, op.kernels.launches, w + " kernels.launches");
+  add(time_ns, op.kernels.time_ns, w + " kernels.time_ns");
+  into.kernels.merge(op.kernels);
+}
+
+void merge_op(OpRecord& into, const OpRecord& op, const std::string& w) {
+  merge_counts(into, op, w);
   into.first_step = std::min(into.first_step, op.first_step);
   into.last_step = std::max(into.last_step, op.last_step);
-  into.nonfinite_from_finite += op.nonfinite_from_finite;
   if (op.first_nonfinite_step >= 0 &&
       (into.first_nonfinite_step < 0 || op.first_nonfinite_step < into.first_nonfinite_step)) {
     into.first_nonfinite_step = op.first_nonfinite_step;
   }
-  into.stats.merge(op.stats);
+  merge_stats(into.stats, op.stats, w);
+  if (op.input_stats) {
+    if (into.input_stats) merge_stats(*into.input_stats, *op.input_stats, w + " input_stats");
+    else into.input_stats = op.input_stats;
+  }
   into.shadow.merge(op.shadow);
-  into.kernels.merge(op.kernels);
   // Per step, the maximum over ranks.
   std::map<std::int64_t, double> series(into.absmax_by_step.begin(), into.absmax_by_step.end());
   for (const auto& [step, v] : op.absmax_by_step) series[step] = std::max(series[step], v);
   into.absmax_by_step.assign(series.begin(), series.end());
   while (into.absmax_by_step.size() > kMaxSeries) halve_series(into.absmax_by_step);
+}
+
+void merge_params(Layer& into, const Layer& layer) {
+  for (const ParamRecord& p : layer.params) {
+    auto it = std::find_if(into.params.begin(), into.params.end(),
+                           [&](const ParamRecord& q) { return q.name == p.name; });
+    if (it == into.params.end()) {
+      into.params.push_back(p);
+    } else {
+      add(it->updates, p.updates, "parameter " + p.name + " updates");
+      merge_stats(it->grad, p.grad, "parameter " + p.name + " grad");
+    }
+  }
 }
 
 void merge_layer(Layer& into, const Layer& layer) {
@@ -45,34 +89,54 @@ void merge_layer(Layer& into, const Layer& layer) {
       ops[key_of(op)] = into.ops.size();
       into.ops.push_back(op);
     } else {
-      merge_op(into.ops[it->second], op);
+      merge_op(into.ops[it->second], op, "layer " + layer.name + " op " + op.op);
     }
   }
-  for (const ParamRecord& p : layer.params) {
-    auto it = std::find_if(into.params.begin(), into.params.end(),
-                           [&](const ParamRecord& q) { return q.name == p.name; });
-    if (it == into.params.end()) {
-      into.params.push_back(p);
-    } else {
-      it->updates += p.updates;
-      it->grad.merge(p.grad);
-    }
-  }
+  merge_params(into, layer);
+}
+
+std::set<std::string> model_layers(const Report& r) {
+  std::set<std::string> names;
+  for (const Layer& l : r.layers)
+    if (l.name != kOutsideLayer) names.insert(l.name);
+  return names;
 }
 
 }  // namespace
 
-Report merge_reports(const std::vector<Report>& reports) {
+std::string run_mismatch(const Report& a, const Report& b) {
+  if (a.run.autocast_dtype != b.run.autocast_dtype)
+    return "autocast dtype \"" + a.run.autocast_dtype + "\" vs \"" + b.run.autocast_dtype + "\"";
+  if (a.run.world_size != b.run.world_size)
+    return "world size " + std::to_string(a.run.world_size) + " vs " + std::to_string(b.run.world_size);
+  const auto la = model_layers(a), lb = model_layers(b);
+  if (la != lb) {
+    std::vector<std::string> only;
+    std::set_symmetric_difference(la.begin(), la.end(), lb.begin(), lb.end(), std::back_inserter(only));
+    return "different models (" + std::to_string(only.size()) + " layer name(s) in one only, e.g. \"" +
+           only.front().substr(0, 60) + "\")";
+  }
+  return "";
+}
+
+Report merge_reports(const std::vector<Report>& reports, const MergeOptions& options) {
   if (reports.empty()) throw std::invalid_argument("merge needs at least one report");
   std::vector<const Report*> by_rank;
   for (const Report& r : reports) by_rank.push_back(&r);
   std::sort(by_rank.begin(), by_rank.end(),
             [](const Report* a, const Report* b) { return a->run.rank < b->run.rank; });
   std::set<int> ranks;
+  std::vector<std::string> forced;
   for (const Report* r : by_rank) {
     if (!ranks.insert(r->run.rank).second) {
       throw std::invalid_argument("two reports of rank " + std::to_string(r->run.rank));
     }
+    const std::string why = run_mismatch(*by_rank.front(), *r);
+    if (why.empty()) continue;
+    const std::string what = "rank " + std::to_string(r->run.rank) + " is not of the same run as rank " +
+                             std::to_string(by_rank.front()->run.rank) + ": " + why;
+    if (!options.force) throw std::invalid_argument(what + " (--force merges anyway)");
+    forced.push_back("merged with --force: " + what);
   }
 
   Report out;
@@ -109,6 +173,7 @@ Report merge_reports(const std::vector<Report>& reports) {
       "rms are count-weighted (exact up to rounding). A sharded parameter's (FSDP2/DTensor) "
       "shards add up to the whole gradient; a replicated one (DDP) is counted once per rank, and "
       "updates add over the ranks");
+  out.run.notes.insert(out.run.notes.end(), forced.begin(), forced.end());
   for (const NonFiniteEvent& e : out.first_nonfinite_by_rank) {
     if (!out.first_nonfinite || e.step < out.first_nonfinite->step) out.first_nonfinite = e;
   }

@@ -114,8 +114,12 @@ PrecisionMap read_precision_map(const std::string& path) {
   }
 }
 
+std::string precision_map_text(const PrecisionMap& m) {
+  return to_ojson(m).dump(2, ' ', false, ojson::error_handler_t::replace) + "\n";
+}
+
 void write_precision_map(const PrecisionMap& m, const std::string& path) {
-  write_file_atomic(path, to_ojson(m).dump(2, ' ', false, ojson::error_handler_t::replace) + "\n");
+  write_file_atomic(path, precision_map_text(m));
 }
 
 }  // namespace ampscope::reports

@@ -5,6 +5,7 @@
 // throws ReportError with the JSON path of the offending value ("layers[2].ops[0].calls").
 
 #include <ampscope/reports/report_json.h>
+#include <ampscope/reports/report_validate.h>
 #include <ampscope/reports/what_if.h>
 
 #include <algorithm>
@@ -678,7 +679,9 @@ Stats stats_from_json(const json& j, const std::string& where) {
       char* end = nullptr;
       errno = 0;
       const long e = std::strtol(key.c_str(), &end, 10);
-      if (key.empty() || *end != '\0' || errno != 0 || e < -100000 || e > 100000)
+      // Canonical integers only ("-3", "12"): "+3", "03" or " 3" are not what a writer makes.
+      if (key.empty() || *end != '\0' || errno != 0 || e < -100000 || e > 100000 ||
+          std::to_string(e) != key)
         value_error(hw, "key \"" + printable(key, 40) + "\" is not an integer exponent");
       const std::int64_t n = Obj::as_int64(value, kw);
       if (n < 0) value_error(kw, "negative count");
@@ -747,39 +750,12 @@ Report report_from_json(const json& j) {
   const json& recs = o.array("recommendations");
   for (std::size_t i = 0; i < recs.size(); ++i)
     r.recommendations.push_back(recommendation_from_json(recs[i], index("recommendations", i)));
+  validate_report(r);  // values, not just types (report_validate.cpp)
   return r;
 }
 
 // ---------------------------------------------------------------------------------------------
 // Files
-
-json read_json_file(const std::string& path, const std::string& what) {
-  int err = 0;
-  const PathKind kind = path_kind(path, &err);
-  if (kind == PathKind::kMissing) {
-    if (err) throw ReportError(what + ".read", path + ": cannot read: " + std::strerror(err));
-    throw ReportError(what + ".missing", path + ": no such file");
-  }
-  if (kind == PathKind::kDirectory)
-    throw ReportError(what + ".directory", path + ": is a directory, not a " + what + " file");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw ReportError(what + ".read", path + ": cannot open: " + std::strerror(errno));
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) throw ReportError(what + ".read", path + ": read error");
-  const std::string text = buf.str();
-  if (text.find_first_not_of(" \t\r\n") == std::string::npos)
-    throw ReportError(what + ".empty", path + ": file is empty");
-  try {
-    return json::parse(text);
-  } catch (const json::parse_error& e) {
-    // nlohmann's text may quote bytes of the file; keep it printable ASCII and short.
-    std::string detail = e.what();
-    if (auto p = detail.find("] "); p != std::string::npos) detail = detail.substr(p + 2);
-    throw ReportError(what + ".parse", path + ": not valid JSON (truncated or corrupt file?): " +
-                                           printable(detail, 240));
-  }
-}
 
 Report read_report(const std::string& path) {
   const json j = read_json_file(path, "report");
@@ -790,9 +766,11 @@ Report read_report(const std::string& path) {
   }
 }
 
-void write_report(const Report& r, const std::string& path) {
-  write_file_atomic(path, report_to_ojson(r).dump(-1, ' ', false, ojson::error_handler_t::replace) + "\n");
+std::string report_text(const Report& r) {
+  return report_to_ojson(r).dump(-1, ' ', false, ojson::error_handler_t::replace) + "\n";
 }
+
+void write_report(const Report& r, const std::string& path) { write_file_atomic(path, report_text(r)); }
 
 void write_file_atomic(const std::string& path, const std::string& content) {
   const std::string dir = parent_dir(path);

@@ -2,6 +2,7 @@
 // headroom and gradient ranges, as aligned plain-text tables.
 
 #include <ampscope/reports/summary.h>
+#include <ampscope/reports/terminal.h>
 #include <ampscope/reports/what_if.h>
 
 #include <ampscope/reports/recommend.h>
@@ -252,7 +253,8 @@ void gpu_kernels(const Report& report, const SummaryOptions& opt, std::string& o
 
 }  // namespace
 
-std::string render_summary(const Report& report, const SummaryOptions& options) {
+std::string render_summary(const Report& unsafe, const SummaryOptions& options) {
+  const Report report = terminal_safe(unsafe);  // names from the model are printed escaped
   Style st{options.color};
   std::string out;
   out += st.bold("ampscope") + ": " + run_line(report.run) + "\n";

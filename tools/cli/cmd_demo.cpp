@@ -1,4 +1,5 @@
 // ampscope demo: trains the bundled example under autocast while profiling it.
+#include <ampscope/reports/out_dir.h>
 #include <ampscope/reports/precision_map.h>
 #include <ampscope/reports/report_json.h>
 #include <ampscope/reports/summary.h>
@@ -88,6 +89,7 @@ int cmd_demo(const Argv& argv) {
   o.input_stats = a.flag("--input-stats");
   o.scaler = a.flag("--scaler");
   if (!o.map_path.empty()) reports::read_precision_map(o.map_path);  // bad maps fail up front
+  reports::check_writable(o.out_dir);  // and an unusable --out (the Session then claims it)
   const bool scaler = o.scaler || (o.device == "cuda" && o.dtype == "float16");
   fmt::print("ampscope demo: {} steps on {} under {} autocast{}\n", o.steps, o.device, o.dtype,
              scaler ? " with GradScaler" : "");
@@ -110,6 +112,7 @@ int cmd_demo(const Argv& argv) {
     fmt::print("stopped at the first non-finite value, in step {}\n", result.steps_run);
   fmt::print("\nreport: {}/report.json\n        {}/report.html\n        {}/precision_map.json\n",
              o.out_dir, o.out_dir, o.out_dir);
+  if (result.signal != 0) return 128 + result.signal;  // 130 / 143, as the shell expects
   const bool fail = a.flag("--fail-on-nonfinite") || o.stop_on_nonfinite;
   return fail && report.first_nonfinite ? kExitNonFinite : 0;
 }

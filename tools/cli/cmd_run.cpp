@@ -2,6 +2,7 @@
 // `python -m ampscope script.py ...`; any other program (a LibTorch binary) runs with
 // libampscope_preload.so in LD_PRELOAD.
 #include <ampscope/reports/files.h>
+#include <ampscope/reports/out_dir.h>
 #include <fcntl.h>
 #include <fmt/core.h>
 #include <spawn.h>
@@ -63,6 +64,42 @@ std::string prepend_env(const char* name, const std::string& value) {
   return old && *old ? value + ":" + old : value;
 }
 
+volatile sig_atomic_t g_child = 0;
+
+/// While the CLI waits, SIGINT/SIGTERM go to the command (which writes its report and exits
+/// 130/143), not to the waiting CLI: its exit code is then the command's.
+void forward_signal(int sig) {
+  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
+}
+
+/// Installs forward_signal while alive, unless a caller (`ampscope fix`) already handles the
+/// signals itself: its handler stays and does its own forwarding.
+struct ForwardSignals {
+  struct sigaction prev_int {}, prev_term {};
+  bool installed = false;
+  explicit ForwardSignals(pid_t child) {
+    ::sigaction(SIGINT, nullptr, &prev_int);
+    ::sigaction(SIGTERM, nullptr, &prev_term);
+    const auto own = [](const struct sigaction& a) {
+      return (a.sa_flags & SA_SIGINFO) || (a.sa_handler != SIG_DFL && a.sa_handler != SIG_IGN);
+    };
+    if (own(prev_int) || own(prev_term)) return;
+    g_child = child;
+    struct sigaction sa {};
+    sa.sa_handler = forward_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
+    installed = true;
+  }
+  ~ForwardSignals() {
+    if (!installed) return;
+    ::sigaction(SIGINT, &prev_int, nullptr);
+    ::sigaction(SIGTERM, &prev_term, nullptr);
+    g_child = 0;
+  }
+};
+
 }  // namespace
 
 namespace {
@@ -94,6 +131,7 @@ int spawn_and_wait(const std::vector<std::string>& cmd, const std::string& log) 
                           argv.data(), environ);
   if (rc != 0) throw UsageError("cannot run '" + cmd[0] + "': " + std::strerror(rc));
   g_running_child = pid;
+  ForwardSignals forward(pid);
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) throw UsageError(std::string("waiting for the command: ") + std::strerror(errno));
@@ -141,6 +179,7 @@ void set_preload_env(const std::vector<std::string>& flags) {
 
 int run_profiled(const std::vector<std::string>& rest, const std::string& out, int every,
                  const std::vector<std::string>& python_flags, const std::string& log) {
+  reports::check_writable(out);  // an unusable --out fails before the command runs
   const char* prev = std::getenv("LD_PRELOAD");
   const std::string prev_preload = prev ? prev : "";
   std::string prefix = install_dir();

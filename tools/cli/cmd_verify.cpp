@@ -4,6 +4,7 @@
 #include <ampscope/reports/files.h>
 #include <ampscope/reports/precision_map.h>
 #include <ampscope/reports/report_json.h>
+#include <ampscope/reports/terminal.h>
 #include <fmt/core.h>
 
 #include <cstdio>
@@ -54,7 +55,7 @@ std::string verify_pass(const std::vector<std::string>& cmd, const std::string& 
 std::string reasons_text(const reports::Recommendation& r) {
   std::string s;
   for (const auto& c : r.reasons) s += (s.empty() ? "" : ",") + c;
-  return s;
+  return reports::terminal_safe(s);
 }
 
 /// The same problem in the second run: same layer and action, and a reason in common.
@@ -96,9 +97,9 @@ int cmd_verify(const Argv& argv) {
   std::string text = "\nproblems of the baseline run:\n";
   if (before.recommendations.empty()) text += "  none recommended anything\n";
   for (const auto& r : before.recommendations) {
-    text += fmt::format("  {:<11} {:<9} {:<12} {:<8} {}\n",
-                        still_there(r, after) ? "STILL THERE" : "gone", r.severity, r.action,
-                        r.layer.empty() ? "(root)" : r.layer, reasons_text(r));
+    text += fmt::format("  {:<11} {:<9} {:<12} {:<8} {}\n", still_there(r, after) ? "STILL THERE" : "gone",
+                        reports::terminal_safe(r.severity), reports::terminal_safe(r.action),
+                        r.layer.empty() ? "(root)" : reports::terminal_safe(r.layer), reasons_text(r));
   }
   text += reports::render_diff(reports::diff_reports(before, after), before, after);
   text += fmt::format("reports: {}\n         {}\n", before_path, after_path);

@@ -5,6 +5,10 @@
 #include <c10/cuda/CUDAFunctions.h>
 #include <fmt/core.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -62,6 +66,16 @@ int dispatch(const std::string& command, const Argv& rest) {
   throw UsageError("unknown command '" + command + "' (see ampscope --help)");
 }
 
+/// `ampscope demo | head -2`: once the reader is gone, stdout goes to /dev/null and the run
+/// goes on to write its report (open and dup2 are async-signal-safe).
+void on_sigpipe(int) {
+  const int null_fd = ::open("/dev/null", O_WRONLY);
+  if (null_fd >= 0) {
+    ::dup2(null_fd, STDOUT_FILENO);
+    ::close(null_fd);
+  }
+}
+
 int fail(const std::string& message) {
   std::fprintf(stderr, "ampscope: error: %s\n", message.c_str());
   return 2;
@@ -73,6 +87,7 @@ int fail(const std::string& message) {
 int main(int argc, char** argv) {
   using namespace ampscope::cli;
   Argv args(argv + 1, argv + argc);
+  std::signal(SIGPIPE, on_sigpipe);
   if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
     std::fputs(kUsage, args.empty() ? stderr : stdout);
     return args.empty() ? 2 : 0;

@@ -113,15 +113,20 @@ std::pair<torch::Tensor, torch::Tensor> make_batch(const torch::Device& device) 
   return {seq.slice(1, 0, kSeq), seq.slice(1, 1, kSeq + 1)};
 }
 
-std::atomic<bool> g_interrupted{false};
-void on_signal(int) { g_interrupted.store(true); }
+std::atomic<int> g_signal{0};
+/// Handled once: the first SIGINT/SIGTERM ends training; later ones (e.g. while the report is
+/// written) change nothing.
+void on_signal(int sig) {
+  int none = 0;
+  g_signal.compare_exchange_strong(none, sig);
+}
 
 /// Restores the previous SIGINT/SIGTERM handlers on scope exit.
 struct SignalScope {
   using Handler = void (*)(int);
   Handler prev_int, prev_term;
   SignalScope() {
-    g_interrupted.store(false);
+    g_signal.store(0);
     prev_int = std::signal(SIGINT, on_signal);
     prev_term = std::signal(SIGTERM, on_signal);
   }
@@ -229,7 +234,7 @@ DemoResult run_demo(const DemoOptions& options) {
   scaler_options.enabled = result.scaler;
   GradScaler scaler(scaler_options);
   session.start();
-  for (int step = 0; step < options.steps && !g_interrupted.load(); ++step) {
+  for (int step = 0; step < options.steps && g_signal.load() == 0; ++step) {
     auto [x, y] = make_batch(device);
     torch::Tensor loss;
     {
@@ -254,9 +259,10 @@ DemoResult run_demo(const DemoOptions& options) {
       std::fflush(stdout);
     }
   }
-  result.interrupted = g_interrupted.load();
+  result.interrupted = g_signal.load() != 0;
   if (result.interrupted) session.set_stopped("signal");
   session.stop();
+  result.signal = g_signal.load();  // also one that arrived while the report was written
   result.report_path = options.out_dir + "/report.json";
   return result;
 }

@@ -34,6 +34,7 @@ struct DemoResult {
   int steps_skipped = 0;   ///< optimizer steps skipped on a non-finite loss or gradient
   bool scaler = false;     ///< trained with the GradScaler
   bool interrupted = false;
+  int signal = 0;  ///< SIGINT/SIGTERM received (the CLI exits 128 + signal)
   bool stopped_on_nonfinite = false;  ///< ended by stop_on_nonfinite
   std::string report_path;
 };

@@ -6,6 +6,7 @@
 #include <ampscope/reports/report.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
 
 namespace torch::optim {
@@ -13,6 +14,9 @@ class Optimizer;
 }
 
 namespace ampscope {
+namespace reports {
+class OutLock;
+}
 
 class GradScaler;
 
@@ -59,7 +63,9 @@ class Session {
   /// printed as one warning line on stderr. Throws reports::ReportError for a bad file.
   /// Returns the names pinned.
   std::vector<std::string> apply_precision_map(const std::string& path);
-  /// Installs the observer. Throws std::logic_error when another session is observing.
+  /// Installs the observer. With out_dir set, first checks that it is writable and claims it
+  /// (reports::claim_out_dir): throws std::runtime_error when it is not usable or another run
+  /// writes there. Throws std::logic_error when another session is observing.
   void start();
   /// Removes the observer and writes the reports when out_dir is set.
   void stop();
@@ -94,6 +100,8 @@ class Session {
   std::string started_;
   std::string stopped_;
   std::chrono::steady_clock::time_point t0_;
+  std::unique_ptr<reports::OutLock> out_lock_;  ///< the claim on out_dir while running
+  int owner_pid_ = 0;                           ///< the process that started (and writes)
 };
 
 }  // namespace ampscope

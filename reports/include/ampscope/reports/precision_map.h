@@ -22,6 +22,8 @@ nlohmann::json precision_map_to_json(const PrecisionMap& m);
 PrecisionMap precision_map_from_json(const nlohmann::json& j);
 /// Reads a precision-map file; throws ReportError.
 PrecisionMap read_precision_map(const std::string& path);
+/// The map file's text (indented JSON and a newline).
+std::string precision_map_text(const PrecisionMap& m);
 /// Writes atomically.
 void write_precision_map(const PrecisionMap& m, const std::string& path);
 

@@ -36,12 +36,20 @@ Report report_from_json(const nlohmann::json& j);
 /// Reads and validates a report file; throws ReportError (missing, directory, empty, truncated,
 /// not JSON, wrong schema, wrong types).
 Report read_report(const std::string& path);
+/// The report file's text (compact JSON and a newline).
+std::string report_text(const Report& r);
 /// Writes the report as JSON, atomically (temp file in the same folder + rename).
 void write_report(const Report& r, const std::string& path);
 /// Writes `content` to `path` atomically; throws std::runtime_error naming the path on failure.
 void write_file_atomic(const std::string& path, const std::string& content);
 /// Reads a whole file as JSON, with the same error ids as read_report (prefix `what`, e.g.
-/// "report" or "precision_map").
+/// "report" or "precision_map"). Only regular files are read (a FIFO or device is refused, never
+/// waited on); a UTF-8 byte-order mark is skipped; nesting deeper than kMaxJsonDepth is refused.
 nlohmann::json read_json_file(const std::string& path, const std::string& what);
+/// Parses JSON text under the same rules as read_json_file; `where` (a file name) starts every
+/// message.
+nlohmann::json parse_json_text(const std::string& text, const std::string& where, const std::string& what);
+/// Deepest nesting of arrays/objects a report or map may have (reports need about 8).
+inline constexpr int kMaxJsonDepth = 64;
 
 }  // namespace ampscope::reports
