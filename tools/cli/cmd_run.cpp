@@ -64,12 +64,10 @@ std::string prepend_env(const char* name, const std::string& value) {
   return old && *old ? value + ":" + old : value;
 }
 
-volatile sig_atomic_t g_child = 0;
-
 /// While the CLI waits, SIGINT/SIGTERM go to the command (which writes its report and exits
 /// 130/143), not to the waiting CLI: its exit code is then the command's.
 void forward_signal(int sig) {
-  if (g_child > 0) ::kill(static_cast<pid_t>(g_child), sig);
+  if (g_running_child > 0) ::kill(static_cast<pid_t>(g_running_child), sig);
 }
 
 /// Installs forward_signal while alive, unless a caller (`ampscope fix`) already handles the
@@ -77,14 +75,13 @@ void forward_signal(int sig) {
 struct ForwardSignals {
   struct sigaction prev_int {}, prev_term {};
   bool installed = false;
-  explicit ForwardSignals(pid_t child) {
+  ForwardSignals() {
     ::sigaction(SIGINT, nullptr, &prev_int);
     ::sigaction(SIGTERM, nullptr, &prev_term);
     const auto own = [](const struct sigaction& a) {
       return (a.sa_flags & SA_SIGINFO) || (a.sa_handler != SIG_DFL && a.sa_handler != SIG_IGN);
     };
     if (own(prev_int) || own(prev_term)) return;
-    g_child = child;
     struct sigaction sa {};
     sa.sa_handler = forward_signal;
     sigemptyset(&sa.sa_mask);
@@ -96,13 +93,8 @@ struct ForwardSignals {
     if (!installed) return;
     ::sigaction(SIGINT, &prev_int, nullptr);
     ::sigaction(SIGTERM, &prev_term, nullptr);
-    g_child = 0;
   }
 };
-
-}  // namespace
-
-namespace {
 
 /// posix_spawn file actions that send stdout and stderr to `log`.
 struct LogRedirect {
@@ -131,7 +123,7 @@ int spawn_and_wait(const std::vector<std::string>& cmd, const std::string& log) 
                           argv.data(), environ);
   if (rc != 0) throw UsageError("cannot run '" + cmd[0] + "': " + std::strerror(rc));
   g_running_child = pid;
-  ForwardSignals forward(pid);
+  ForwardSignals forward;
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0) {
     if (errno != EINTR) throw UsageError(std::string("waiting for the command: ") + std::strerror(errno));
