@@ -19,6 +19,7 @@ for _ in range(3):
     loss.backward()
     opt.step()
     opt.zero_grad()
+dist.barrier()  # no rank tears gloo down while another still has work in flight
 dist.destroy_process_group()
 """
 
@@ -79,6 +80,7 @@ for step in range(3):
     loss.backward()
     opt.step()
     print(step, repr(loss.item()), file=log, flush=True)
+dist.barrier()  # no rank tears gloo down while another still has work in flight
 dist.destroy_process_group()
 """
 

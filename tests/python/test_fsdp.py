@@ -45,6 +45,7 @@ for _ in range(3):
     losses.append(loss.item())
 with open(oracle_path + f".{rank}", "w") as f:
     json.dump({"losses": losses, "full": full}, f)
+dist.barrier()  # no rank tears gloo down while another still has work in flight
 dist.destroy_process_group()
 """
 

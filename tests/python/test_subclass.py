@@ -94,6 +94,7 @@ try:
 except Exception as e:
     results["tensor_stats"] = type(e).__name__ + ": " + str(e)
 print("RESULT " + json.dumps(results))
+dist.barrier()  # no rank tears gloo down while another still has work in flight
 dist.destroy_process_group()
 """
 
