@@ -1,10 +1,9 @@
 // Tests of the stats block and the CPU stats kernel. The oracle is torch itself: every count is
 // recomputed with torch ops (casts to each format included) and must match value for value.
-#include <gtest/gtest.h>
-
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -50,7 +49,7 @@ at::Tensor e4m3_overflow_by_rounding(const at::Tensor& flat) {
   e = at::where(at::pow(2.0, e + 1) <= safe, e + 1, e);
   e = at::clamp_min(e, -6);  // subnormal quantum 2^-9
   auto q = at::pow(2.0, e - 3);
-  auto r = at::round(a / q) * q;  // torch.round: half to even
+  auto r = at::round(a / q) * q;                       // torch.round: half to even
   return flat.isfinite() & ((r > 448.0) | a.isinf());  // float32 inf: past every format
 }
 
@@ -150,14 +149,40 @@ void expect_same(const Stats& got, const Stats& want, const std::string& what,
   }
 }
 
-/// Checks the kernel against torch, with its SIMD build and with the portable baseline build.
+/// Every build of the CPU kernel this CPU can run (the portable one always), best last.
+std::vector<ampscope::StatsIsa> usable_isas() {
+  std::vector<ampscope::StatsIsa> out;
+  for (int i = 0; i < ampscope::kNumStatsIsas; ++i)
+    if (ampscope::stats_isa_usable(static_cast<ampscope::StatsIsa>(i)))
+      out.push_back(static_cast<ampscope::StatsIsa>(i));
+  return out;
+}
+
+std::string isa_str(ampscope::StatsIsa isa) { return std::string(ampscope::stats_isa_name(isa)); }
+
+/// Runs f(isa) with each usable build selected in turn, then goes back to the best build.
+template <typename F>
+void for_each_isa(F&& f) {
+  for (auto isa : usable_isas()) {
+    EXPECT_TRUE(ampscope::set_stats_isa(isa));
+    f(isa);
+  }
+  ampscope::set_stats_simd(true);
+}
+
+/// The sums' error bound of a build on a source dtype: SIMD builds sum float32-domain sources in
+/// float per group (kFloatMomentsRel); float64 sources and the portable build sum in double.
+double moments_rel(ampscope::StatsIsa isa, c10::ScalarType dt) {
+  return isa == ampscope::StatsIsa::kPortable || dt == at::kDouble ? 0.0 : kFloatMomentsRel;
+}
+
+/// Checks the kernel against torch, with every build of it this CPU can run.
 void check_tensor(const at::Tensor& t, const std::string& what, int threads = 1) {
   const Stats want = oracle(t);
-  const double rel = t.scalar_type() == at::kDouble ? 0.0 : kFloatMomentsRel;
-  expect_same(ampscope::tensor_stats(t, threads), want, what + (ampscope::stats_simd() ? " (simd)" : ""), rel);
-  ampscope::set_stats_simd(false);
-  expect_same(ampscope::tensor_stats(t, threads), want, what + " (baseline)", 0.0);
-  ampscope::set_stats_simd(true);
+  for_each_isa([&](ampscope::StatsIsa isa) {
+    expect_same(ampscope::tensor_stats(t, threads), want, what + " (" + isa_str(isa) + ")",
+                moments_rel(isa, t.scalar_type()));
+  });
 }
 
 // ---------------------------------------------------------------- data
@@ -175,14 +200,63 @@ double f64_bits(std::uint64_t b) {
 
 /// Values planted at every format's edges.
 std::vector<double> edge_values() {
-  std::vector<double> v = {65504, 65519, 65520, 65519.99, 65520.01, 0x1p-24, 0x1p-25,
-                           0x1p-25 * 1.0001, 0x1p-24 * 0.75, 0x1p-14, 0x1p-15, 0x1p-14 * (1 - 0x1p-11),
-                           0x1p-14 * (1 - 0x1p-12), 3 * 0x1p-24, 1e-40, 1e-45, 0x1p-149, 0x1p-126,
-                           0x1p-133, 0x1p-134, 0x1p-134 * 1.01, 3.4e38, 3.39e38, 3.3895313892515355e38,
-                           3.396e38, 3.4028234663852886e38, 448, 449, 463.99, 464, 465, 480, 500, 57344,
-                           61439, 61440, 61441, 0x1p-6, 0x1p-9, 0x1p-10, 0x1p-10 * 1.001, 0x1p-14 * 0.875,
-                           0x1p-14 * 0.8749, 0x1p-14 * 0.9375, 0x1p-6 * 0.9375, 0x1p-6 * 0.93, 0x1p-16,
-                           0x1p-17, 0x1p-17 * 1.0001, 1.0, 1.5, 1e-3, 1e-8, 123456.0, kInf, kNaN, 0.0};
+  std::vector<double> v = {65504,
+                           65519,
+                           65520,
+                           65519.99,
+                           65520.01,
+                           0x1p-24,
+                           0x1p-25,
+                           0x1p-25 * 1.0001,
+                           0x1p-24 * 0.75,
+                           0x1p-14,
+                           0x1p-15,
+                           0x1p-14 * (1 - 0x1p-11),
+                           0x1p-14 * (1 - 0x1p-12),
+                           3 * 0x1p-24,
+                           1e-40,
+                           1e-45,
+                           0x1p-149,
+                           0x1p-126,
+                           0x1p-133,
+                           0x1p-134,
+                           0x1p-134 * 1.01,
+                           3.4e38,
+                           3.39e38,
+                           3.3895313892515355e38,
+                           3.396e38,
+                           3.4028234663852886e38,
+                           448,
+                           449,
+                           463.99,
+                           464,
+                           465,
+                           480,
+                           500,
+                           57344,
+                           61439,
+                           61440,
+                           61441,
+                           0x1p-6,
+                           0x1p-9,
+                           0x1p-10,
+                           0x1p-10 * 1.001,
+                           0x1p-14 * 0.875,
+                           0x1p-14 * 0.8749,
+                           0x1p-14 * 0.9375,
+                           0x1p-6 * 0.9375,
+                           0x1p-6 * 0.93,
+                           0x1p-16,
+                           0x1p-17,
+                           0x1p-17 * 1.0001,
+                           1.0,
+                           1.5,
+                           1e-3,
+                           1e-8,
+                           123456.0,
+                           kInf,
+                           kNaN,
+                           0.0};
   std::vector<double> out;
   for (double x : v) {
     out.push_back(x);
@@ -221,9 +295,10 @@ std::vector<double> double_rounding_values() {
     out.push_back(x + half_ulp32 * (1 + 0x1p-40));
     out.push_back(x - half_ulp32 * (1 - 0x1p-40));
   }
-  for (double x : {65520 - 0x1p-30, 464 + 0x1p-30, 464 - 0x1p-40, 61440 - 0x1p-30, 0x1p-25 * (1 + 0x1p-30),
-                   0x1p-10 * (1 + 0x1p-25), 1e39, -1e39, 1e300, 1e-50, -1e-50, 1e-310, 0x1p-1074,
-                   0x1p-1022, 1.7976931348623157e308, 3.4028235677973366e38, 3.4028235677973362e38})
+  for (double x :
+       {65520 - 0x1p-30, 464 + 0x1p-30, 464 - 0x1p-40, 61440 - 0x1p-30, 0x1p-25 * (1 + 0x1p-30),
+        0x1p-10 * (1 + 0x1p-25), 1e39, -1e39, 1e300, 1e-50, -1e-50, 1e-310, 0x1p-1074, 0x1p-1022,
+        1.7976931348623157e308, 3.4028235677973366e38, 3.4028235677973362e38})
     out.push_back(x);
   return out;
 }
@@ -246,7 +321,8 @@ std::vector<double> mixed_values(std::int64_t n, double lo, double hi, std::uint
     else if (r < 0.9)
       x = 0.0;
     else
-      x = edges[static_cast<std::size_t>(u(rng) * static_cast<double>(edges.size())) % edges.size()];
+      x = edges[static_cast<std::size_t>(u(rng) * static_cast<double>(edges.size())) %
+                edges.size()];
   }
   return v;
 }
@@ -290,14 +366,38 @@ class SingleThreadedTorch : public ::testing::Environment {
 
 // ---------------------------------------------------------------- block basics
 
-TEST(StatsBlock, SimdSwitch) {
-  const bool had = ampscope::stats_simd();
+TEST(StatsBlock, IsaSelection) {
+  const auto best = ampscope::stats_isa_best();
+  EXPECT_EQ(ampscope::stats_isa(), best);
+  EXPECT_TRUE(ampscope::stats_isa_usable(ampscope::StatsIsa::kPortable));
+  EXPECT_TRUE(ampscope::stats_isa_usable(best));
+  for (int i = static_cast<int>(best) + 1; i < ampscope::kNumStatsIsas; ++i) {
+    const auto isa = static_cast<ampscope::StatsIsa>(i);  // better than the best: not usable
+    EXPECT_FALSE(ampscope::stats_isa_usable(isa));
+    EXPECT_FALSE(ampscope::set_stats_isa(isa));
+    EXPECT_EQ(ampscope::stats_isa(), best);
+  }
   ampscope::set_stats_simd(false);
   EXPECT_FALSE(ampscope::stats_simd());
+  EXPECT_EQ(ampscope::stats_isa(), ampscope::StatsIsa::kPortable);
   ampscope::set_stats_simd(true);
-  EXPECT_EQ(ampscope::stats_simd(), had);
+  EXPECT_EQ(ampscope::stats_isa(), best);
+  EXPECT_EQ(isa_str(ampscope::StatsIsa::kAvx512), "avx512");
+  std::string names;
+  for (auto isa : usable_isas()) names += isa_str(isa) + " ";
+  std::printf("stats kernel builds tested on this CPU: %s(in use: %s)\n", names.c_str(),
+              isa_str(best).c_str());
+}
+
+TEST(StatsBlock, FloatControlRestored) {
 #if defined(__x86_64__)
-  std::printf("stats kernel build in use: %s\n", had ? "AVX2" : "baseline");
+  // The SIMD builds set flush-to-zero for their float moments: the caller's MXCSR comes back.
+  const unsigned before = __builtin_ia32_stmxcsr();
+  auto t = scaled_normal(1 << 16, 0x1p-50, at::kFloat, 21);
+  for_each_isa([&](ampscope::StatsIsa isa) {
+    ampscope::tensor_stats(t, 1);
+    EXPECT_EQ(__builtin_ia32_stmxcsr(), before) << isa_str(isa);
+  });
 #endif
 }
 
@@ -317,7 +417,8 @@ TEST(StatsBlock, FormatNames) {
   EXPECT_EQ(ampscope::format_max(Format::kFloat8E4M3FN), 448.0);
   EXPECT_EQ(ampscope::format_max(Format::kFloat8E5M2), 57344.0);
   // The maxima agree with torch's own.
-  EXPECT_EQ(ampscope::format_max(Format::kFloat16), static_cast<double>(std::numeric_limits<c10::Half>::max()));
+  EXPECT_EQ(ampscope::format_max(Format::kFloat16),
+            static_cast<double>(std::numeric_limits<c10::Half>::max()));
   EXPECT_EQ(ampscope::format_max(Format::kBFloat16),
             static_cast<double>(std::numeric_limits<c10::BFloat16>::max()));
   EXPECT_EQ(ampscope::format_max(Format::kFloat8E4M3FN),
@@ -446,24 +547,28 @@ TEST_P(PerDtype, PlantedEdges) {
   const auto& c = GetParam();
   check_tensor(tensor_of(edge_values(), c.dt), "edge values");
   check_tensor(tensor_of(threshold_neighbours(), c.dt), "threshold neighbours");
-  if (c.dt == at::kDouble) check_tensor(tensor_of(double_rounding_values(), c.dt), "double rounding");
+  if (c.dt == at::kDouble)
+    check_tensor(tensor_of(double_rounding_values(), c.dt), "double rounding");
 }
 
 TEST_P(PerDtype, ScaledNormalFastPath) {
   // Narrow blocks (fast path) with each threshold's binade populated in turn.
   const auto& c = GetParam();
-  const double scales[] = {0x1p-26, 0x1p-20, 0x1p-16, 0x1p-12, 0x1p-8, 0x1p-5, 1.0, 0x1p7, 0x1p13, 0x1p14,
-                           0x1p15, 0x1p120, 0x1p126, 0x1p-120, 0x1p-128};
+  const double scales[] = {0x1p-26, 0x1p-20, 0x1p-16, 0x1p-12, 0x1p-8,  0x1p-5,   1.0,     0x1p7,
+                           0x1p13,  0x1p14,  0x1p15,  0x1p120, 0x1p126, 0x1p-120, 0x1p-128};
   std::uint64_t seed = 1;
   for (double s : scales) {
     auto t = scaled_normal(20000, s, c.dt, seed++);
     check_tensor(t, "normal * " + std::to_string(std::log2(s)));
+    check_tensor(t.clamp_min(0), "relu(normal) * " + std::to_string(std::log2(s)));  // half zeros
     // Planted edge values that lie in the block's natural range (so the block stays narrow).
     std::vector<double> in_range;
     for (double x : edge_values())
-      if (std::isfinite(x) && std::abs(x) >= s * 0x1p-12 && std::abs(x) <= s * 4) in_range.push_back(x);
+      if (std::isfinite(x) && std::abs(x) >= s * 0x1p-12 && std::abs(x) <= s * 4)
+        in_range.push_back(x);
     for (double x : threshold_neighbours())
-      if (std::isfinite(x) && std::abs(x) >= s * 0x1p-12 && std::abs(x) <= s * 4) in_range.push_back(x);
+      if (std::isfinite(x) && std::abs(x) >= s * 0x1p-12 && std::abs(x) <= s * 4)
+        in_range.push_back(x);
     if (!in_range.empty()) {
       auto p = t.clone();
       auto edges = tensor_of(in_range, c.dt);
@@ -476,14 +581,16 @@ TEST_P(PerDtype, ScaledNormalFastPath) {
   // Narrow log-uniform windows around the thresholds, with exact powers of two and threshold
   // neighbours planted: every block is narrow, so the fast path must get the ties right.
   // {-60, 60} and {-126, 128}: finite and normal but wider than the kernel's byte-compare sweeps.
-  const int windows[][2] = {{-27, -22}, {-18, -13}, {-11, -6}, {-8, -3}, {7, 10}, {14, 17}, {120, 128},
-                            {-60, 60}, {-126, 128}};
+  // {-20, 8} and {-30, -3}: between the sweeps and the AVX-512 build's table histogram.
+  const int windows[][2] = {{-27, -22}, {-18, -13}, {-11, -6}, {-8, -3},  {7, 10},    {14, 17},
+                            {120, 128}, {-20, 8},   {-30, -3}, {-60, 60}, {-126, 128}};
   for (auto& w : windows) {
     std::mt19937_64 rng(seed++);
     std::uniform_real_distribution<double> u(0.0, 1.0);
     std::vector<double> near;
     for (double x : threshold_neighbours())
-      if (std::isfinite(x) && std::abs(x) >= std::ldexp(1.0, w[0]) && std::abs(x) < std::ldexp(1.0, w[1]))
+      if (std::isfinite(x) && std::abs(x) >= std::ldexp(1.0, w[0]) &&
+          std::abs(x) < std::ldexp(1.0, w[1]))
         near.push_back(x);
     std::vector<double> v(30000);
     for (std::size_t i = 0; i < v.size(); ++i) {
@@ -494,11 +601,13 @@ TEST_P(PerDtype, ScaledNormalFastPath) {
       else if (r < 0.08)
         v[i] = 0.0;
       else if (r < 0.15 && !near.empty())
-        v[i] = near[static_cast<std::size_t>(u(rng) * static_cast<double>(near.size())) % near.size()];
+        v[i] =
+            near[static_cast<std::size_t>(u(rng) * static_cast<double>(near.size())) % near.size()];
       else
         v[i] = sign * std::exp2(w[0] + (w[1] - w[0]) * u(rng));
     }
-    check_tensor(tensor_of(v, c.dt), "window 2^" + std::to_string(w[0]) + "..2^" + std::to_string(w[1]));
+    check_tensor(tensor_of(v, c.dt),
+                 "window 2^" + std::to_string(w[0]) + "..2^" + std::to_string(w[1]));
   }
 }
 
@@ -518,7 +627,9 @@ TEST_P(PerDtype, MergeOfHalvesEqualsWhole) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Stats, PerDtype, ::testing::ValuesIn(kDtypes),
-                         [](const ::testing::TestParamInfo<DtypeCase>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<DtypeCase>& i) {
+                           return std::string(i.param.name);
+                         });
 
 TEST(Exhaustive, AllFloat16AndBFloat16Patterns) {
   // Every 16-bit pattern: all finite values, subnormals, infinities and NaN payloads.
@@ -536,7 +647,8 @@ at::Tensor all_normal_patterns(bool bf16, bool shuffled) {
     bits.push_back(static_cast<std::int16_t>(h));
     bits.push_back(static_cast<std::int16_t>(h | 0x8000));
   }
-  for (int z = 0; z < 300; ++z) bits.push_back(static_cast<std::int16_t>(z % 2 ? 0x8000 : 0));  // -0 and +0
+  for (int z = 0; z < 300; ++z)
+    bits.push_back(static_cast<std::int16_t>(z % 2 ? 0x8000 : 0));  // -0 and +0
   while (bits.size() % 2048 != 0) bits.push_back(0);
   if (shuffled) std::shuffle(bits.begin(), bits.end(), std::mt19937_64(5));
   auto t = at::from_blob(bits.data(), {static_cast<std::int64_t>(bits.size())}, at::kShort).clone();
@@ -547,15 +659,18 @@ TEST(Exhaustive, NormalFloat16AndBFloat16PatternsInPlace) {
   // Sorted: narrow blocks (sweeps, the two-binade key-sum solve, dense threshold passes, the
   // float16 zero key). Shuffled: blocks spanning every binade (the scan by mask).
   for (bool shuffled : {false, true}) {
-    check_tensor(all_normal_patterns(false, shuffled), shuffled ? "float16 shuffled" : "float16 sorted");
-    check_tensor(all_normal_patterns(true, shuffled), shuffled ? "bfloat16 shuffled" : "bfloat16 sorted");
+    check_tensor(all_normal_patterns(false, shuffled),
+                 shuffled ? "float16 shuffled" : "float16 sorted");
+    check_tensor(all_normal_patterns(true, shuffled),
+                 shuffled ? "bfloat16 shuffled" : "bfloat16 sorted");
   }
   // Runs of 2048 equal magnitudes per block (a single binade per block), each pattern in turn.
   for (bool bf16 : {false, true}) {
     auto base = all_normal_patterns(bf16, false);
     auto idx = at::arange(0, base.numel(), 97, at::kLong);
     auto rep = base.index_select(0, idx).repeat_interleave(2048);
-    check_tensor(rep.slice(0, 0, 2048 * 40), bf16 ? "bfloat16 constant blocks" : "float16 constant blocks");
+    check_tensor(rep.slice(0, 0, 2048 * 40),
+                 bf16 ? "bfloat16 constant blocks" : "float16 constant blocks");
   }
 }
 
@@ -565,15 +680,13 @@ void check_moments(const at::Tensor& t, const std::string& what, double rel) {
   const auto d = t.to(at::kDouble);
   const double want_sq = (d * d).sum().item<double>(), want_sum = d.sum().item<double>();
   const double sum_abs = d.abs().sum().item<double>();
-  for (bool simd : {true, false}) {
-    ampscope::set_stats_simd(simd);
+  for_each_isa([&](ampscope::StatsIsa isa) {
     const Stats s = ampscope::tensor_stats(t, 1);
-    EXPECT_LE(std::abs(s.sum_sq - want_sq), rel * want_sq) << (simd ? "simd" : "baseline");
-    EXPECT_LE(std::abs(s.sum - want_sum), rel * sum_abs + 1e-300) << (simd ? "simd" : "baseline");
+    EXPECT_LE(std::abs(s.sum_sq - want_sq), rel * want_sq) << isa_str(isa);
+    EXPECT_LE(std::abs(s.sum - want_sum), rel * sum_abs + 1e-300) << isa_str(isa);
     EXPECT_TRUE(std::isfinite(s.rms()));
     EXPECT_GT(s.rms(), 0.0);
-  }
-  ampscope::set_stats_simd(true);
+  });
 }
 
 TEST(Moments, WithinTheFloatGroupBound) {
@@ -582,8 +695,10 @@ TEST(Moments, WithinTheFloatGroupBound) {
   const std::int64_t n = 2048 * 64;
   for (auto dt : {at::kFloat, at::kHalf, at::kBFloat16}) {
     const std::string name = c10::toString(dt);
-    check_moments(at::full({n}, 13526.6455078125, at::kFloat).to(dt), name + " constant", kFloatMomentsRel);
-    check_moments(at::full({n}, 1.0 + 1.0 / 3, at::kFloat).to(dt), name + " constant 4/3", kFloatMomentsRel);
+    check_moments(at::full({n}, 13526.6455078125, at::kFloat).to(dt), name + " constant",
+                  kFloatMomentsRel);
+    check_moments(at::full({n}, 1.0 + 1.0 / 3, at::kFloat).to(dt), name + " constant 4/3",
+                  kFloatMomentsRel);
     check_moments(scaled_normal(n, 1.0, dt, 3), name + " normal", kFloatMomentsRel);
     // One large value among small ones per group: the small squares are below its float ulp.
     auto t = scaled_normal(n, 0x1p-10, dt, 4);
@@ -602,13 +717,15 @@ TEST(Moments, WithinTheFloatGroupBound) {
 
 TEST(Exhaustive, Float32AroundThresholds) {
   // 2^16 consecutive float32 patterns centred on every threshold (2^12 among the subnormals).
-  const std::int64_t centres[] = {0x33000000, 0x387FE000, 0x477FF000, 0x00008000, 0x007F8000, 0x7F7F8000,
-                                  0x3A800000, 0x3C700000, 0x43E80000, 0x37000000, 0x38600000, 0x47700000,
+  const std::int64_t centres[] = {0x33000000, 0x387FE000,          0x477FF000, 0x00008000,
+                                  0x007F8000, 0x7F7F8000,          0x3A800000, 0x3C700000,
+                                  0x43E80000, 0x37000000,          0x38600000, 0x47700000,
                                   0x00800000, 0x7F800000 - 0x8000, 0x7F800000};
   for (auto c : centres) {
     // Narrower among float32 subnormals: torch's own ops (the oracle) can be very slow on them.
     const std::int64_t half = c < 0x01000000 ? 0x800 : 0x8000;
-    auto bits = at::arange(std::max<std::int64_t>(c - half, 0), std::min<std::int64_t>(c + half, 0x7FFFFFFF),
+    auto bits = at::arange(std::max<std::int64_t>(c - half, 0),
+                           std::min<std::int64_t>(c + half, 0x7FFFFFFF),
                            at::TensorOptions().dtype(at::kInt));
     auto t = at::cat({bits, bits | static_cast<std::int32_t>(0x80000000u)}).view(at::kFloat);
     check_tensor(t, "around " + std::to_string(c));
@@ -629,20 +746,52 @@ at::Tensor base_values(std::int64_t n, c10::ScalarType dt, std::uint64_t seed) {
 
 const ShapeCase kShapes[] = {
     {"empty", [](c10::ScalarType dt) { return base_values(0, dt, 1); }},
-    {"empty_2d", [](c10::ScalarType dt) { return base_values(0, dt, 1).reshape({0, 5}); }},
+    {"empty_2d",
+     [](c10::ScalarType dt) {
+       return base_values(0, dt, 1).reshape({0, 5});
+     }},
     {"zero_dim", [](c10::ScalarType dt) { return base_values(1, dt, 2).reshape({}); }},
-    {"one_by_one", [](c10::ScalarType dt) { return base_values(1, dt, 3).reshape({1, 1}); }},
-    {"row_1x1296", [](c10::ScalarType dt) { return base_values(1296, dt, 4).reshape({1, 1296}); }},
-    {"matrix_217x255", [](c10::ScalarType dt) { return base_values(217 * 255, dt, 5).reshape({217, 255}); }},
-    {"transposed", [](c10::ScalarType dt) { return base_values(217 * 255, dt, 6).reshape({217, 255}).t(); }},
+    {"one_by_one",
+     [](c10::ScalarType dt) {
+       return base_values(1, dt, 3).reshape({1, 1});
+     }},
+    {"row_1x1296",
+     [](c10::ScalarType dt) {
+       return base_values(1296, dt, 4).reshape({1, 1296});
+     }},
+    {"matrix_217x255",
+     [](c10::ScalarType dt) {
+       return base_values(217 * 255, dt, 5).reshape({217, 255});
+     }},
+    {"transposed",
+     [](c10::ScalarType dt) {
+       return base_values(217 * 255, dt, 6).reshape({217, 255}).t();
+     }},
     {"sliced_step",
-     [](c10::ScalarType dt) { return base_values(217 * 255, dt, 7).reshape({217, 255}).slice(0, 1, 217, 3).slice(1, 0, 255, 2); }},
-    {"expanded_stride0", [](c10::ScalarType dt) { return base_values(300, dt, 8).reshape({1, 300}).expand({217, 300}); }},
-    {"scalar_expanded", [](c10::ScalarType dt) { return base_values(1, dt, 9).reshape({}).expand({33, 70}); }},
+     [](c10::ScalarType dt) {
+       return base_values(217 * 255, dt, 7)
+           .reshape({217, 255})
+           .slice(0, 1, 217, 3)
+           .slice(1, 0, 255, 2);
+     }},
+    {"expanded_stride0",
+     [](c10::ScalarType dt) {
+       return base_values(300, dt, 8).reshape({1, 300}).expand({217, 300});
+     }},
+    {"scalar_expanded",
+     [](c10::ScalarType dt) {
+       return base_values(1, dt, 9).reshape({}).expand({33, 70});
+     }},
     {"permuted_3d",
-     [](c10::ScalarType dt) { return base_values(7 * 11 * 13, dt, 10).reshape({7, 11, 13}).permute({2, 0, 1}); }},
-    {"offset_contiguous", [](c10::ScalarType dt) { return base_values(3 * 2048 + 6, dt, 14).slice(0, 1); }},
-    {"column_slice", [](c10::ScalarType dt) { return base_values(4096 * 3, dt, 11).reshape({4096, 3}).select(1, 1); }},
+     [](c10::ScalarType dt) {
+       return base_values(7 * 11 * 13, dt, 10).reshape({7, 11, 13}).permute({2, 0, 1});
+     }},
+    {"offset_contiguous",
+     [](c10::ScalarType dt) { return base_values(3 * 2048 + 6, dt, 14).slice(0, 1); }},
+    {"column_slice",
+     [](c10::ScalarType dt) {
+       return base_values(4096 * 3, dt, 11).reshape({4096, 3}).select(1, 1);
+     }},
 };
 
 class ShapeTest : public ::testing::TestWithParam<std::tuple<DtypeCase, ShapeCase>> {};
@@ -659,9 +808,12 @@ TEST_P(ShapeTest, MatchesOracle) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Stats, ShapeTest, ::testing::Combine(::testing::ValuesIn(kDtypes), ::testing::ValuesIn(kShapes)),
+INSTANTIATE_TEST_SUITE_P(Stats, ShapeTest,
+                         ::testing::Combine(::testing::ValuesIn(kDtypes),
+                                            ::testing::ValuesIn(kShapes)),
                          [](const ::testing::TestParamInfo<std::tuple<DtypeCase, ShapeCase>>& i) {
-                           return std::string(std::get<0>(i.param).name) + "_" + std::get<1>(i.param).name;
+                           return std::string(std::get<0>(i.param).name) + "_" +
+                                  std::get<1>(i.param).name;
                          });
 
 TEST(Strides, NegativeStrides) {
@@ -672,12 +824,14 @@ TEST(Strides, NegativeStrides) {
     const auto esize = static_cast<std::int64_t>(t.element_size());
     v.data = static_cast<const char*>(t.data_ptr()) + (t.numel() - 1) * esize;
     v.strides = {-41, -1};
-    expect_same(ampscope::compute_stats(v, 1), oracle(t.flip({0, 1})), std::string("negative ") + d.name);
+    expect_same(ampscope::compute_stats(v, 1), oracle(t.flip({0, 1})),
+                std::string("negative ") + d.name);
     // A negative outer stride with a positive inner one.
     auto w = ampscope::make_view(t);
     w.data = static_cast<const char*>(t.data_ptr()) + 36 * 41 * esize;
     w.strides = {-41, 1};
-    expect_same(ampscope::compute_stats(w, 1), oracle(t.flip({0})), std::string("negative outer ") + d.name);
+    expect_same(ampscope::compute_stats(w, 1), oracle(t.flip({0})),
+                std::string("negative outer ") + d.name);
   }
 }
 
@@ -698,12 +852,13 @@ TEST(Threads, BigTensorMatchesSingleThread) {
     expect_same(dflt, one, "default threads vs 1");
     EXPECT_TRUE(many.exp_hist == one.exp_hist);
     expect_same(one, oracle(t), "vs torch");
-    ampscope::set_stats_simd(false);
-    expect_same(ampscope::tensor_stats(t, 4), one, "baseline build, 4 threads");
-    ampscope::set_stats_simd(true);
+    for_each_isa([&](ampscope::StatsIsa isa) {
+      expect_same(ampscope::tensor_stats(t, 4), one, isa_str(isa) + " build, 4 threads");
+    });
     // Non-contiguous through the threaded path too.
     auto nc = t.slice(0, 0, n - 1, 2);
-    expect_same(ampscope::tensor_stats(nc, 4), ampscope::tensor_stats(nc, 1), "strided, 4 threads vs 1");
+    expect_same(ampscope::tensor_stats(nc, 4), ampscope::tensor_stats(nc, 1),
+                "strided, 4 threads vs 1");
   }
 }
 
@@ -734,7 +889,8 @@ TEST(TensorEdge, NegatedView) {
 }
 
 TEST(TensorEdge, Simple) {
-  auto t = at::tensor({1.0f, -2.0f, 0.0f, 4.0f, static_cast<float>(kNaN), static_cast<float>(-kInf)});
+  auto t =
+      at::tensor({1.0f, -2.0f, 0.0f, 4.0f, static_cast<float>(kNaN), static_cast<float>(-kInf)});
   const auto s = ampscope::tensor_stats(t);
   EXPECT_EQ(s.count, 6);
   EXPECT_EQ(s.nan, 1);

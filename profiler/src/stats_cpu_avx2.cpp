@@ -35,27 +35,6 @@
 namespace ampscope::detail {
 namespace {
 
-/// For every float32 exponent byte, the (up to two) thresholds inside that binade that are not
-/// its lower edge; kNumTh (a dummy slot with threshold 0) where there is none.
-struct BinadeThresholds {
-  std::uint8_t k[256][2];
-  u32 th[kNumTh + 1];
-  constexpr BinadeThresholds() : k{}, th{} {
-    for (auto& b : k) b[0] = b[1] = kNumTh;
-    for (int t = 0; t < kNumTh; ++t) {
-      th[t] = kTh[t];
-      if ((kTh[t] & 0x7FFFFFu) == 0) continue;
-      auto& b = k[kTh[t] >> 23];
-      if (b[0] == kNumTh)
-        b[0] = static_cast<std::uint8_t>(t);
-      else
-        b[1] = static_cast<std::uint8_t>(t);
-    }
-    th[kNumTh] = 0;
-  }
-};
-constexpr BinadeThresholds kBinadeTh{};
-
 /// The thresholds in a 16-bit source's own bits: |h| < T16[k] exactly when |float32(h)| < kTh[k],
 /// for every finite h (the conversion is exact and monotonic on magnitudes).
 struct Thresholds16 {
@@ -663,6 +642,7 @@ AMP_AVX2 void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Bl
 
 template <bool kBF16>
 AMP_AVX2_TARGET void run16(const TensorView& v, i64 begin, i64 end, Stats& out) {
+  const FlushToZeroScope ftz;
   auto A = std::make_unique<Acc32>();
   alignas(64) u16 raw[kBlock];
   for_each_block(v, begin, end, raw, [&](const u16* src, int n, Prefetch pf) AMP_AVX2_TARGET {
@@ -681,6 +661,7 @@ AMP_AVX2_TARGET void run16(const TensorView& v, i64 begin, i64 end, Stats& out) 
 }
 
 AMP_AVX2_TARGET void run32(const TensorView& v, i64 begin, i64 end, Stats& out) {
+  const FlushToZeroScope ftz;
   auto A = std::make_unique<Acc32>();
   alignas(64) u32 buf[kBlock];
   for_each_block(v, begin, end, buf, [&](const u32* src, int n, Prefetch pf) AMP_AVX2_TARGET {

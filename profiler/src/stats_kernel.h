@@ -1,6 +1,6 @@
-// Internals shared by the two builds of the CPU stats kernel (stats_cpu_portable.cpp and
-// stats_cpu_avx2.cpp): element types, the per-call accumulator, bit-level helpers and the entry
-// points of each build. Not a public header; no torch.
+// Internals shared by the builds of the CPU stats kernel (stats_cpu_portable.cpp,
+// stats_cpu_avx2.cpp, stats_cpu_avx512.cpp): element types, the per-call accumulator, bit-level
+// helpers and the entry points of each build. Not a public header; no torch.
 //
 // Every count is an integer compare on |bits| of a float32 bit pattern (for non-negative floats
 // the bit pattern orders like the value), so counts are exact and independent of FTZ/DAZ modes.
@@ -55,6 +55,46 @@ struct Acc {
 };
 using Acc32 = Acc<kBins32>;
 using Acc64 = Acc<kBins64>;
+
+/// For every float32 exponent byte, the (up to two) thresholds inside that binade that are not
+/// its lower edge; kNumTh (a dummy slot with threshold 0) where there is none.
+struct BinadeThresholds {
+  u8 k[256][2];
+  u32 th[kNumTh + 1];
+  constexpr BinadeThresholds() : k{}, th{} {
+    for (auto& b : k) b[0] = b[1] = kNumTh;
+    for (int t = 0; t < kNumTh; ++t) {
+      th[t] = kTh[t];
+      if ((kTh[t] & 0x7FFFFFu) == 0) continue;
+      auto& b = k[kTh[t] >> 23];
+      if (b[0] == kNumTh)
+        b[0] = static_cast<u8>(t);
+      else
+        b[1] = static_cast<u8>(t);
+    }
+    th[kNumTh] = 0;
+  }
+};
+inline constexpr BinadeThresholds kBinadeTh{};
+
+#if defined(__x86_64__)
+/// Sets MXCSR flush-to-zero for its scope (restored after). The SIMD builds' float moments square
+/// tiny values: subnormal products would take a microcode assist each (tens of times slower),
+/// and their size is far below the moments' error bound. Counts are integer compares: unaffected.
+/// Denormals-are-zero stays off, so float inputs keep their values.
+class FlushToZeroScope {
+ public:
+  FlushToZeroScope() : saved_(__builtin_ia32_stmxcsr()) {
+    __builtin_ia32_ldmxcsr(saved_ | 0x8000u);
+  }
+  ~FlushToZeroScope() { __builtin_ia32_ldmxcsr(saved_); }
+  FlushToZeroScope(const FlushToZeroScope&) = delete;
+  FlushToZeroScope& operator=(const FlushToZeroScope&) = delete;
+
+ private:
+  unsigned saved_;
+};
+#endif
 
 AMP_INLINE_CE float f32_of(u32 b) { return __builtin_bit_cast(float, b); }
 AMP_INLINE_CE double f64_of(u64 b) { return __builtin_bit_cast(double, b); }
@@ -111,5 +151,12 @@ void run_stats_portable(const TensorView& v, i64 begin, i64 end, Stats& out);
 bool stats_avx2_usable();
 /// Elements [begin, end) of any view, AVX2 build (call only when stats_avx2_usable()).
 void run_stats_avx2(const TensorView& v, i64 begin, i64 end, Stats& out);
+
+// ---- the AVX-512 F/BW/VL/DQ build (stats_cpu_avx512.cpp; x86-64 GCC/Clang only)
+
+/// Whether this CPU and compiler can run the AVX-512 build.
+bool stats_avx512_usable();
+/// Elements [begin, end) of any view, AVX-512 build (call only when stats_avx512_usable()).
+void run_stats_avx512(const TensorView& v, i64 begin, i64 end, Stats& out);
 
 }  // namespace ampscope::detail

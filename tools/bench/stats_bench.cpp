@@ -14,6 +14,7 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ampscope/profiler/tensor_stats.h"
@@ -37,7 +38,8 @@ struct Options {
 void usage(const char* argv0) {
   std::printf(
       "usage: %s [--sizes 4K,64K,1M,16M,256M,1G] [--dtypes float32,float16,bfloat16] [--reps N]\n"
-      "          [--threads N] [--composed-max SIZE] [--no-simd] [--json FILE]\n"
+      "          [--threads N] [--composed-max SIZE] [--isa avx512|avx2|portable] [--no-simd]\n"
+      "          [--json FILE]\n"
       "  Times ampscope::tensor_stats, at::sum and the same stats composed from ATen ops on randn\n"
       "  tensors of each size (bytes) and dtype; prints the median of N interleaved repetitions,\n"
       "  then a compact table of throughput ratios: median wall time, best wall time, and process\n"
@@ -48,7 +50,9 @@ void usage(const char* argv0) {
       "64M;\n"
       "                     it takes seconds per run); above it its time is extrapolated linearly\n"
       "                     from the largest timed size and marked '~'\n"
-      "  --no-simd          time the stats kernel's portable build instead of its AVX2 one\n",
+      "  --isa NAME         time this build of the stats kernel (default: the best one the CPU\n"
+      "                     runs; error if the CPU cannot run it)\n"
+      "  --no-simd          same as --isa portable\n",
       argv0);
 }
 
@@ -264,14 +268,34 @@ void print_ratio_table(const std::vector<Row>& rows, const Options& opt) {
   }
 }
 
+/// The CPU's model name from /proc/cpuinfo ("unknown CPU" where there is none).
+std::string cpu_model() {
+  FILE* f = std::fopen("/proc/cpuinfo", "r");
+  if (f == nullptr) return "unknown CPU";
+  char line[512];
+  std::string model = "unknown CPU";
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    const char* colon = std::strchr(line, ':');
+    if (std::strncmp(line, "model name", 10) != 0 || colon == nullptr) continue;
+    model = colon + 2;
+    if (!model.empty() && model.back() == '\n') model.pop_back();
+    break;
+  }
+  std::fclose(f);
+  return model;
+}
+
 bool write_json(const std::vector<Row>& rows, const Options& opt) {
   FILE* f = std::fopen(opt.json.c_str(), "w");
   if (f == nullptr) return false;
   std::fprintf(
       f, "{\n  \"benchmark\": \"stats\",\n  \"torch_threads\": %d,\n  \"stats_threads\": %d,\n",
       at::get_num_threads(), opt.threads);
-  std::fprintf(f, "  \"simd\": %s,\n  \"reps\": %d,\n  \"results\": [\n",
-               ampscope::stats_simd() ? "true" : "false", opt.reps);
+  std::fprintf(f, "  \"simd\": %s,\n  \"isa\": \"%s\",\n  \"cpu\": \"%s\",\n",
+               ampscope::stats_simd() ? "true" : "false",
+               std::string(ampscope::stats_isa_name(ampscope::stats_isa())).c_str(),
+               cpu_model().c_str());
+  std::fprintf(f, "  \"reps\": %d,\n  \"results\": [\n", opt.reps);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
     std::fprintf(
@@ -291,6 +315,18 @@ bool write_json(const std::vector<Row>& rows, const Options& opt) {
   }
   std::fprintf(f, "  ]\n}\n");
   return std::fclose(f) == 0;
+}
+
+/// Selects the stats kernel build named `name`; throws when unknown or not runnable here.
+void set_isa(const std::string& name) {
+  for (int i = 0; i < ampscope::kNumStatsIsas; ++i) {
+    const auto isa = static_cast<ampscope::StatsIsa>(i);
+    if (ampscope::stats_isa_name(isa) != name) continue;
+    if (!ampscope::set_stats_isa(isa))
+      throw std::runtime_error("this CPU cannot run --isa " + name);
+    return;
+  }
+  throw std::runtime_error("unknown --isa " + name + " (avx512, avx2, portable)");
 }
 
 /// Parses the command line into `opt`; throws std::runtime_error on bad input. False: --help.
@@ -328,6 +364,8 @@ bool parse_args(int argc, char** argv, Options& opt) {
       opt.composed_max = parse_size(value());
     } else if (a == "--no-simd") {
       ampscope::set_stats_simd(false);
+    } else if (a == "--isa") {
+      set_isa(value());
     } else if (a == "--json") {
       opt.json = value();
     } else {
@@ -354,10 +392,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (opt.threads > 0) at::set_num_threads(opt.threads);
+  std::printf("cpu: %s, %u hardware threads; best stats build: %s\n", cpu_model().c_str(),
+              std::thread::hardware_concurrency(),
+              std::string(ampscope::stats_isa_name(ampscope::stats_isa_best())).c_str());
   std::printf("threads: at::sum %d, tensor_stats %s; stats kernel build: %s\n",
               at::get_num_threads(),
               opt.threads > 0 ? std::to_string(opt.threads).c_str() : "hardware_concurrency",
-              ampscope::stats_simd() ? "AVX2" : "baseline");
+              std::string(ampscope::stats_isa_name(ampscope::stats_isa())).c_str());
   std::printf("%-9s %-8s %10s %9s %10s %9s %8s %12s %9s %s\n", "size", "dtype", "stats ms", "GB/s",
               "sum ms", "GB/s", "st/sum", "composed ms", "comp/st", "");
   std::vector<Row> rows;

@@ -52,15 +52,15 @@ class ExpHist {
 /// The SPEC stats block. Counts are exact; absmax, absmin_nonzero, sum and sum_sq are over the
 /// finite values only (non-finite values are counted, not folded into the ranges).
 struct Stats {
-  std::int64_t count = 0;   ///< every element seen
+  std::int64_t count = 0;  ///< every element seen
   std::int64_t nan = 0;
   std::int64_t posinf = 0;
   std::int64_t neginf = 0;
-  std::int64_t zeros = 0;   ///< +0 and -0
-  double absmax = 0.0;      ///< largest finite |x| (0 when none)
+  std::int64_t zeros = 0;  ///< +0 and -0
+  double absmax = 0.0;     ///< largest finite |x| (0 when none)
   double absmin_nonzero = std::numeric_limits<double>::infinity();  ///< inf when none
-  double sum = 0.0;         ///< of finite values, in double
-  double sum_sq = 0.0;      ///< of finite values squared, in double
+  double sum = 0.0;                                                 ///< of finite values, in double
+  double sum_sq = 0.0;                                ///< of finite values squared, in double
   std::array<std::int64_t, kNumFormats> overflow{};   ///< finite, rounds past the format's max
   std::array<std::int64_t, kNumFormats> underflow{};  ///< nonzero finite, rounds to 0
   std::array<std::int64_t, kNumFormats> subnormal{};  ///< nonzero finite, rounds to a subnormal
@@ -104,9 +104,23 @@ void accumulate_stats(const TensorView& view, std::int64_t begin, std::int64_t e
 /// The stats of every element of `view`, using up to `max_threads` threads (0: hardware).
 Stats compute_stats(const TensorView& view, int max_threads = 0);
 
-/// Whether the CPU kernel uses its SIMD (AVX2) build; false on CPUs without AVX2/FMA/F16C.
+/// The builds of the CPU stats kernel, chosen at run time (every build gives the same counts).
+enum class StatsIsa : std::uint8_t { kPortable = 0, kAvx2, kAvx512 };
+inline constexpr int kNumStatsIsas = 3;
+/// "portable", "avx2", "avx512".
+std::string_view stats_isa_name(StatsIsa isa);
+/// Whether this CPU (and this compiler's build) can run `isa`; kPortable always can.
+bool stats_isa_usable(StatsIsa isa);
+/// The best build this CPU can run: AVX-512 (F/BW/VL/DQ), else AVX2/FMA/F16C, else portable.
+StatsIsa stats_isa_best();
+/// The build in use (the best one unless a test or benchmark chose another).
+StatsIsa stats_isa();
+/// Test and benchmark hook: selects a build; false (and no change) when the CPU cannot run it.
+bool set_stats_isa(StatsIsa isa);
+
+/// Whether the CPU kernel uses a SIMD build (stats_isa() != kPortable).
 bool stats_simd();
-/// Test and benchmark hook: false forces the portable baseline build (same results, slower).
+/// Test and benchmark hook: false forces the portable baseline build, true the best build.
 void set_stats_simd(bool enabled);
 
 }  // namespace ampscope

@@ -1,0 +1,558 @@
+// The AVX-512 (F/BW/VL/DQ) build of the CPU stats kernel (x86-64, GCC/Clang), picked at run time.
+//
+// One read of each full block (kBlock elements) from memory, then short passes over L1 data:
+//   1. one pass over the source: max and min of |bits|, the float-group moments, the exponent byte
+//      of every value into a 2 KiB key array and the sum of the keys. 16-bit sources are widened
+//      to float32 bits (exact) into an 8 KiB L1 buffer on the way, so every later step and every
+//      fallback sees float32 bits only.
+//   2. the exponent histogram. Narrow blocks (up to kMaxSweepBins binades): a masked byte count
+//      per binade over the keys (64 keys per compare); the lowest binade and the zeros follow from
+//      the count and the key sum. Wider blocks: four scalar tables indexed by key byte, so the
+//      cost stays flat however many binades the block spans.
+//   3. the format counts from the histogram's cumulative counts; a threshold inside a populated
+//      binade (not at its lower edge) adds an exact compare pass (four thresholds per pass).
+// Blocks with NaN/inf or float32 subnormals, partial blocks and float64 go to the portable code.
+//
+// Moments: as the AVX2 build, float within groups of 128 values (a pairwise tree per lane, two
+// steps per group), double across groups; the same error bound holds (fewer roundings per lane).
+// Blocks whose squares could overflow or underflow float use double throughout.
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+
+#include "stats_block64.h"
+#include "stats_gather.h"
+#include "stats_kernel.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+// GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*: a false
+// -Wuninitialized at every use.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#define AMP_512_TARGET \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2,popcnt")))
+#define AMP_512 AMP_512_TARGET __attribute__((always_inline)) inline
+
+namespace ampscope::detail {
+namespace {
+
+constexpr int kPrefetchAhead = 16;  // blocks ahead of the one being read (measured: 8-32 alike)
+
+/// Float moments are safe when no square can overflow a group's float sum (|x| < 2^59) and the
+/// largest value's square is far from float's underflow (|x| >= 2^-40): float32 bits of |x|max.
+constexpr bool float_moments_safe(u32 amax32) {
+  return amax32 < 0x5D000000u && amax32 >= 0x2B800000u;
+}
+
+AMP_512 double hsum_pd(__m512d v) { return _mm512_reduce_add_pd(v); }
+
+/// Sums and sums of squares: float within a group, double across groups.
+struct Moments {
+  __m512d s0, s1, q0, q1;
+  AMP_512 void zero() { s0 = s1 = q0 = q1 = _mm512_setzero_pd(); }
+  AMP_512 void add_group(__m512 s, __m512 q) {
+    s0 = _mm512_add_pd(s0, _mm512_cvtps_pd(_mm512_castps512_ps256(s)));
+    s1 = _mm512_add_pd(s1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(s, 1)));
+    q0 = _mm512_add_pd(q0, _mm512_cvtps_pd(_mm512_castps512_ps256(q)));
+    q1 = _mm512_add_pd(q1, _mm512_cvtps_pd(_mm512_extractf32x8_ps(q, 1)));
+  }
+};
+
+/// Float partial sums of four vectors, added into s and q (a pairwise tree per lane).
+AMP_512 void moments4(__m512 f0, __m512 f1, __m512 f2, __m512 f3, __m512& s, __m512& q) {
+  s = _mm512_add_ps(s, _mm512_add_ps(_mm512_add_ps(f0, f1), _mm512_add_ps(f2, f3)));
+  const __m512 p0 = _mm512_fmadd_ps(f1, f1, _mm512_mul_ps(f0, f0));
+  const __m512 p1 = _mm512_fmadd_ps(f3, f3, _mm512_mul_ps(f2, f2));
+  q = _mm512_add_ps(q, _mm512_add_ps(p0, p1));
+}
+
+/// Sums and sums of squares of a float32 block in double throughout.
+AMP_512 void moments_double(const u32* x, double& sum, double& sum_sq) {
+  __m512d s0 = _mm512_setzero_pd(), s1 = s0, q0 = s0, q1 = s0;
+  for (int i = 0; i < kBlock; i += 16) {
+    const __m512 f = _mm512_loadu_ps(reinterpret_cast<const float*>(x + i));
+    const __m512d d0 = _mm512_cvtps_pd(_mm512_castps512_ps256(f));
+    const __m512d d1 = _mm512_cvtps_pd(_mm512_extractf32x8_ps(f, 1));
+    s0 = _mm512_add_pd(s0, d0);
+    s1 = _mm512_add_pd(s1, d1);
+    q0 = _mm512_fmadd_pd(d0, d0, q0);
+    q1 = _mm512_fmadd_pd(d1, d1, q1);
+  }
+  sum = hsum_pd(_mm512_add_pd(s0, s1));
+  sum_sq = hsum_pd(_mm512_add_pd(q0, q1));
+}
+
+// ---------------------------------------------------------------- loads of 16 float32 bits
+
+/// Loads of float32 sources: in place.
+struct Load32 {
+  const u32* x;
+  static constexpr bool kWidens = false;
+  AMP_512 __m512i operator()(int i) const {
+    return _mm512_loadu_si512(reinterpret_cast<const void*>(x + i));
+  }
+};
+/// bfloat16: the bits shifted up (exact).
+struct LoadBF16 {
+  const u16* x;
+  static constexpr bool kWidens = true;
+  AMP_512 __m512i operator()(int i) const {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    return _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
+  }
+};
+/// float16: the hardware conversion (exact: subnormals become normal float32, NaN stays NaN).
+struct LoadF16 {
+  const u16* x;
+  static constexpr bool kWidens = true;
+  AMP_512 __m512i operator()(int i) const {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    return _mm512_castps_si512(_mm512_cvtph_ps(h));
+  }
+};
+
+// ---------------------------------------------------------------- prefetch
+
+/// Software prefetch (into L2) of a later block, one cache line per step, spread over all passes of
+/// the current one: memory keeps streaming while L1-resident data is counted (prefetching a whole
+/// block at once fills the line buffers, then leaves memory idle).
+struct Prefetch {
+  const char* p = nullptr;
+  const char* end = nullptr;
+  AMP_512 void step() {
+    if (p < end) {
+      _mm_prefetch(p, _MM_HINT_T1);
+      p += 64;
+    }
+  }
+  AMP_512 void drain() {
+    for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T1);
+  }
+};
+
+// ---------------------------------------------------------------- pass 1
+
+/// What the first pass over a block found (float32 terms).
+struct Pass1 {
+  u32 amax, amin1;  // largest |bits|; smallest nonzero |bits| minus one (~0u: all zeros)
+  double sum, sum_sq;
+  i64 key_sum;
+};
+
+/// 64 values of the first pass: ranges, moments, keys; widened bits into `f32` when loading
+/// 16-bit sources.
+template <typename Load>
+AMP_512 void pass64(const Load& load, int i, u32* __restrict f32, u8* __restrict key, __m512i& mx,
+                    __m512i& mn, __m512i& ksum, __m512& s, __m512& q) {
+  const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF), ones = _mm512_set1_epi32(-1);
+  const __m512i x0 = load(i), x1 = load(i + 16), x2 = load(i + 32), x3 = load(i + 48);
+  if constexpr (Load::kWidens) {
+    _mm512_store_si512(f32 + i, x0);
+    _mm512_store_si512(f32 + i + 16, x1);
+    _mm512_store_si512(f32 + i + 32, x2);
+    _mm512_store_si512(f32 + i + 48, x3);
+  }
+  const __m512i a0 = _mm512_and_si512(x0, absm), a1 = _mm512_and_si512(x1, absm);
+  const __m512i a2 = _mm512_and_si512(x2, absm), a3 = _mm512_and_si512(x3, absm);
+  mx = _mm512_max_epu32(mx, _mm512_max_epu32(_mm512_max_epu32(a0, a1), _mm512_max_epu32(a2, a3)));
+  mn = _mm512_min_epu32(
+      mn,
+      _mm512_min_epu32(_mm512_min_epu32(_mm512_add_epi32(a0, ones), _mm512_add_epi32(a1, ones)),
+                       _mm512_min_epu32(_mm512_add_epi32(a2, ones), _mm512_add_epi32(a3, ones))));
+  moments4(_mm512_castsi512_ps(x0), _mm512_castsi512_ps(x1), _mm512_castsi512_ps(x2),
+           _mm512_castsi512_ps(x3), s, q);
+  const __m512i e01 = _mm512_packus_epi32(_mm512_srli_epi32(a0, 23), _mm512_srli_epi32(a1, 23));
+  const __m512i e23 = _mm512_packus_epi32(_mm512_srli_epi32(a2, 23), _mm512_srli_epi32(a3, 23));
+  const __m512i b = _mm512_packus_epi16(e01, e23);  // key order does not matter to the counts
+  _mm512_store_si512(key + i, b);
+  ksum = _mm512_add_epi64(ksum, _mm512_sad_epu8(b, _mm512_setzero_si512()));
+}
+
+/// The first pass over a full block (one prefetch step per 64 values).
+template <typename Load>
+AMP_512 Pass1 pass_block(const Load& load, u32* __restrict f32, u8* __restrict key, Prefetch& pf) {
+  const __m512i z = _mm512_setzero_si512();
+  __m512i mx = z, mn = _mm512_set1_epi32(-1), ksum = z;
+  Moments M;
+  M.zero();
+  for (int g = 0; g < kBlock; g += 128) {
+    __m512 s = _mm512_setzero_ps(), q = s;
+    for (int i = g; i < g + 128; i += 64) {
+      pf.step();
+      pass64(load, i, f32, key, mx, mn, ksum, s, q);
+    }
+    M.add_group(s, q);
+  }
+  return Pass1{static_cast<u32>(_mm512_reduce_max_epu32(mx)),
+               static_cast<u32>(_mm512_reduce_min_epu32(mn)), hsum_pd(_mm512_add_pd(M.s0, M.s1)),
+               hsum_pd(_mm512_add_pd(M.q0, M.q1)), _mm512_reduce_add_epi64(ksum)};
+}
+
+// ---------------------------------------------------------------- histogram
+
+constexpr int kMaxSweepBins = 32;  // wider blocks: the scalar multi-table histogram
+constexpr i64 kScanLeft = 32;      // values left in 3+ binades: found by mask, not swept
+constexpr i64 kSparseMax = 64;     // populated threshold binades of up to this many: by mask
+
+/// The element of key position p of a 64-key group (pass64's pack order).
+AMP_512 int elem_of(int p) { return ((p >> 2) & 3) * 16 + (p >> 4) * 4 + (p & 3); }
+
+/// Calls each(element, key) for the keys that `pick` (64 keys -> mask) selects, `count` of them.
+template <typename Pick, typename Each>
+AMP_512 void scan_keys(const u8* __restrict key, i64 count, Prefetch& pf, Pick pick, Each each) {
+  for (int g = 0; g < kBlock && count > 0; g += 64) {
+    pf.step();
+    u64 m = pick(_mm512_load_si512(key + g));
+    count -= __builtin_popcountll(m);
+    for (; m != 0; m = _blsr_u64(m)) {
+      const int p = static_cast<int>(_tzcnt_u64(m));
+      each(g + elem_of(p), key[g + p]);
+    }
+  }
+}
+
+/// Counts of key bytes equal to each of kv[0..3] over the block's keys.
+AMP_512 void count_keys4(const u8* __restrict key, const u8 kv[4], u32 c[4], Prefetch& pf) {
+  static_assert(kBlock / 64 <= 255, "byte counters");
+  const __m512i t0 = _mm512_set1_epi8(static_cast<char>(kv[0]));
+  const __m512i t1 = _mm512_set1_epi8(static_cast<char>(kv[1]));
+  const __m512i t2 = _mm512_set1_epi8(static_cast<char>(kv[2]));
+  const __m512i t3 = _mm512_set1_epi8(static_cast<char>(kv[3]));
+  const __m512i one = _mm512_set1_epi8(1), z = _mm512_setzero_si512();
+  __m512i a0 = z, a1 = z, a2 = z, a3 = z;
+  for (int i = 0; i < kBlock; i += 64) {
+    const __m512i k = _mm512_load_si512(key + i);
+    pf.step();
+    a0 = _mm512_mask_add_epi8(a0, _mm512_cmpeq_epi8_mask(k, t0), a0, one);
+    a1 = _mm512_mask_add_epi8(a1, _mm512_cmpeq_epi8_mask(k, t1), a1, one);
+    a2 = _mm512_mask_add_epi8(a2, _mm512_cmpeq_epi8_mask(k, t2), a2, one);
+    a3 = _mm512_mask_add_epi8(a3, _mm512_cmpeq_epi8_mask(k, t3), a3, one);
+  }
+  c[0] = static_cast<u32>(_mm512_reduce_add_epi64(_mm512_sad_epu8(a0, z)));
+  c[1] = static_cast<u32>(_mm512_reduce_add_epi64(_mm512_sad_epu8(a1, z)));
+  c[2] = static_cast<u32>(_mm512_reduce_add_epi64(_mm512_sad_epu8(a2, z)));
+  c[3] = static_cast<u32>(_mm512_reduce_add_epi64(_mm512_sad_epu8(a3, z)));
+}
+
+/// A block's keys and what is known of them.
+struct Keys {
+  const u8* key;
+  const u32* x;    // float32 bits of the block
+  int emin, emax;  // exponent bytes of the smallest and largest nonzero |x| (emin >= 1)
+  i64 key_sum;     // sum of all keys (a zero's key is 0)
+  Prefetch* pf;    // stepped once per 64 keys or 32 values by every later pass
+};
+
+/// Per binade: the histogram, and the exact in-binade threshold counts found by scans.
+struct Counts {
+  u32 hb[256];
+  i64 zeros = 0;
+  i64 ex[kNumTh + 1] = {};  // per threshold: values inside its binade below it (slot kNumTh: none)
+  int scanned_below = 0;    // binades below this one had their thresholds done by a scan
+};
+
+/// Threshold compares of one element found by a scan (its binade's up to two thresholds).
+AMP_512 void threshold_of(const Keys& kb, int i, int e, Counts& c) {
+  const u32 a = kb.x[i] & kAbs32;
+  const int k0 = kBinadeTh.k[e][0], k1 = kBinadeTh.k[e][1];
+  c.ex[k0] += a < kBinadeTh.th[k0];
+  c.ex[k1] += a < kBinadeTh.th[k1];
+}
+
+/// The binades emin..lo-1 (`left` values), found by mask: histogram and thresholds.
+AMP_512 void scan_below(const Keys& kb, int lo, i64 left, Counts& c) {
+  for (int e = kb.emin; e < lo; ++e) c.hb[e] = 0;
+  const __m512i base = _mm512_set1_epi8(static_cast<char>(kb.emin));
+  const __m512i span = _mm512_set1_epi8(static_cast<char>(lo - kb.emin));
+  scan_keys(
+      kb.key, left, *kb.pf,
+      [&](__m512i k) AMP_512_TARGET {
+        return _mm512_cmplt_epu8_mask(_mm512_sub_epi8(k, base), span);  // a zero's key wraps
+      },
+      [&](int i, int e) AMP_512_TARGET {
+        ++c.hb[e];
+        threshold_of(kb, i, e, c);
+      });
+  c.scanned_below = lo;
+}
+
+/// Narrow blocks: binades from the top down by masked byte counts, four per sweep (the zeros in
+/// the first); the last one or two binades from the count and key sum left, or the last few
+/// values by mask.
+AMP_512 void hist_sweeps(const Keys& kb, Counts& c) {
+  i64 left = kBlock, left_sum = kb.key_sum;
+  int lo = kb.emax + 1;  // binades >= lo are counted
+  for (bool first = true; lo > kb.emin; first = false) {
+    if (!first && lo - kb.emin <= 2) {  // c_a + c_b = left, e_a c_a + e_b c_b = left_sum
+      const int eb = kb.emin;
+      const i64 ca = lo - eb == 2 ? left_sum - static_cast<i64>(eb) * left : 0;
+      if (lo - eb == 2) c.hb[eb + 1] = static_cast<u32>(ca);
+      c.hb[eb] = static_cast<u32>(left - ca);
+      return;
+    }
+    if (!first && left <= kScanLeft) return scan_below(kb, lo, left, c);
+    u8 kv[4];
+    int bin[4], nb = 0;
+    if (first) kv[nb] = 0, bin[nb++] = 0;
+    while (nb < 4 && lo > kb.emin) kv[nb] = static_cast<u8>(--lo), bin[nb++] = lo;
+    for (int q = nb; q < 4; ++q) kv[q] = 255, bin[q] = -1;  // key 255 (inf/NaN) never occurs
+    u32 n[4];
+    count_keys4(kb.key, kv, n, *kb.pf);
+    for (int q = 0; q < nb; ++q) {
+      if (bin[q] == 0)
+        c.zeros = n[q];
+      else
+        c.hb[bin[q]] = n[q];
+      left -= n[q];
+      left_sum -= static_cast<i64>(kv[q]) * n[q];
+    }
+  }
+}
+
+/// Wide blocks: four tables indexed by key byte (no store-forwarding chain on repeated keys).
+AMP_512 void hist_tables(const Keys& kb, Counts& c) {
+  u32 t[4][256];
+  for (auto& row : t) {
+    row[0] = 0;
+    std::memset(row + kb.emin, 0, sizeof(u32) * static_cast<std::size_t>(kb.emax - kb.emin + 1));
+  }
+  for (int j = 0; j < kBlock; j += 8) {
+    u64 w;
+    std::memcpy(&w, kb.key + j, 8);
+    ++t[0][w & 0xFF], ++t[1][(w >> 8) & 0xFF], ++t[2][(w >> 16) & 0xFF], ++t[3][(w >> 24) & 0xFF];
+    ++t[0][(w >> 32) & 0xFF], ++t[1][(w >> 40) & 0xFF], ++t[2][(w >> 48) & 0xFF], ++t[3][w >> 56];
+  }
+  c.zeros = t[0][0] + t[1][0] + t[2][0] + t[3][0];
+  for (int e = kb.emin; e <= kb.emax; ++e) c.hb[e] = t[0][e] + t[1][e] + t[2][e] + t[3][e];
+}
+
+// ---------------------------------------------------------------- thresholds
+
+/// Counts of |x| < kTh[ks[q]] over a block of float32 bits, K thresholds per pass.
+template <int K>
+AMP_512 void count_lt(const u32* __restrict x, const int* ks, i64* out, Prefetch& pf) {
+  const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF), one = _mm512_set1_epi32(1);
+  __m512i t[K], c[K];
+  for (int k = 0; k < K; ++k) {
+    t[k] = _mm512_set1_epi32(static_cast<int>(kTh[ks[k]]));
+    c[k] = _mm512_setzero_si512();
+  }
+  for (int i = 0; i < kBlock; i += 16) {
+    const __m512i a = _mm512_and_si512(_mm512_loadu_si512(x + i), absm);
+    if (i % 32 == 0) pf.step();
+    for (int k = 0; k < K; ++k)
+      c[k] = _mm512_mask_add_epi32(c[k], _mm512_cmplt_epu32_mask(a, t[k]), c[k], one);
+  }
+  for (int k = 0; k < K; ++k) out[k] = _mm512_reduce_add_epi32(c[k]);
+}
+
+/// Exact counts below the thresholds ks[0..n) by compare passes (four at a time).
+AMP_512 void count_lt_all(const u32* x, const int* ks, int n, i64* out, Prefetch& pf) {
+  for (int j = 0; j < n; j += 4) {
+    const int m = std::min(4, n - j);
+    if (m == 1) count_lt<1>(x, ks + j, out + j, pf);
+    if (m == 2) count_lt<2>(x, ks + j, out + j, pf);
+    if (m == 3) count_lt<3>(x, ks + j, out + j, pf);
+    if (m == 4) count_lt<4>(x, ks + j, out + j, pf);
+  }
+}
+
+/// In-binade threshold counts for the sparse binades keys[0..n) (n <= 4, `count` values), by mask.
+AMP_512 void scan_sparse(const Keys& kb, const u8* keys, int n, i64 count, Counts& c) {
+  __m512i t[4];
+  for (int q = 0; q < 4; ++q) t[q] = _mm512_set1_epi8(static_cast<char>(keys[q < n ? q : 0]));
+  scan_keys(
+      kb.key, count, *kb.pf,
+      [&](__m512i k) AMP_512_TARGET {
+        return _mm512_cmpeq_epi8_mask(k, t[0]) | _mm512_cmpeq_epi8_mask(k, t[1]) |
+               _mm512_cmpeq_epi8_mask(k, t[2]) | _mm512_cmpeq_epi8_mask(k, t[3]);
+      },
+      [&](int i, int e) AMP_512_TARGET { threshold_of(kb, i, e, c); });
+}
+
+/// Threshold counts of a block from its histogram: cumulative counts below each threshold's
+/// binade, plus the part inside it (from scans by mask where sparse, compare passes where dense).
+AMP_512 void add_thresholds(const Keys& kb, Counts& c, Acc32& A) {
+  const int emin = kb.emin, emax = kb.emax;
+  i64 below[257];  // zeros plus the values in binades under e, for e in [emin, emax + 1]
+  below[emin] = c.zeros;
+  for (int e = emin; e <= emax; ++e) below[e + 1] = below[e] + c.hb[e];
+  u8 sparse[4];
+  int nsparse = 0, dense[kNumTh], ndense = 0;
+  i64 nscan = 0;
+  for (int E = std::max(emin, c.scanned_below); E <= emax; ++E) {
+    const auto& bt = kBinadeTh.k[E];
+    if (bt[0] == kNumTh || c.hb[E] == 0) continue;
+    if (nsparse < 4 && nscan + c.hb[E] <= kSparseMax) {
+      sparse[nsparse++] = static_cast<u8>(E), nscan += c.hb[E];
+      continue;
+    }
+    for (int q = 0; q < 2; ++q)
+      if (bt[q] != kNumTh) dense[ndense++] = bt[q];
+  }
+  if (nsparse > 0) scan_sparse(kb, sparse, nsparse, nscan, c);
+  i64 n[kNumTh];
+  count_lt_all(kb.x, dense, ndense, n, *kb.pf);
+  for (int j = 0; j < ndense; ++j)  // the pass counted every |x| < T: keep the part in T's binade
+    c.ex[dense[j]] += n[j] - below[static_cast<int>(kTh[dense[j]] >> 23)];
+  for (int k = 0; k < kNumTh; ++k)
+    A.lt[k] += below[std::clamp(static_cast<int>(kTh[k] >> 23), emin, emax + 1)] + c.ex[k];
+}
+
+// ---------------------------------------------------------------- blocks
+
+/// Range and moment bookkeeping of a fast block: false when the block is all zeros (then fully
+/// counted).
+AMP_512 bool add_ranges(const Pass1& r, Acc32& A) {
+  A.count += kBlock;
+  if (r.amin1 == ~0u) {
+    A.zeros += kBlock;
+    for (int k = 0; k < kNumTh; ++k) A.lt[k] += kBlock;
+    return false;
+  }
+  A.sum += r.sum;
+  A.sum_sq += r.sum_sq;
+  A.amax = std::max<u64>(A.amax, r.amax);
+  A.amin1 = std::min<u64>(A.amin1, r.amin1);
+  return true;
+}
+
+/// Everything after the first pass of a fast block: ranges, histogram, thresholds.
+AMP_512 void block_counts(const Pass1& r, const u8* key, const u32* f32, Prefetch& pf, Acc32& A) {
+  if (!add_ranges(r, A)) return;
+  const Keys kb{
+      key,       f32, static_cast<int>((r.amin1 + 1u) >> 23), static_cast<int>(r.amax >> 23),
+      r.key_sum, &pf};
+  Counts c;
+  if (kb.emax - kb.emin < kMaxSweepBins)
+    hist_sweeps(kb, c);
+  else
+    hist_tables(kb, c);
+  A.zeros += c.zeros;
+  for (int e = kb.emin; e <= kb.emax; ++e) A.hist[e - 127 + kOff32] += c.hb[e];
+  add_thresholds(kb, c, A);
+}
+
+/// A full block: `load` reads it (float32 bits); `f32` holds those bits for the later passes
+/// (the source itself for float32, the widened buffer for 16-bit sources).
+template <typename Load>
+AMP_512_TARGET __attribute__((noinline)) void block_avx512(const Load& load, u32* f32, Prefetch pf,
+                                                           Acc32& A) {
+  alignas(64) u8 key[kBlock];
+  Pass1 r = pass_block(load, f32, key, pf);
+  if (r.amax >= kInf32 || r.amin1 < 0x007FFFFFu) {  // NaN/inf or float32 subnormals: rare
+    block32_general(f32, kBlock, A);
+  } else {
+    if (!float_moments_safe(r.amax)) moments_double(f32, r.sum, r.sum_sq);
+    block_counts(r, key, f32, pf, A);
+  }
+  pf.drain();
+}
+
+// ---------------------------------------------------------------- drivers
+
+/// Hands each block of a view to `block(ptr, n, prefetch)`: contiguous views in place (with a
+/// later block to prefetch), strided ones gathered into `buf`.
+template <typename T, typename Block>
+AMP_512 void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Block&& block) {
+  const bool contig = v.is_contiguous();
+  Gather g(v, contig ? 0 : begin, sizeof(T));
+  const T* base = static_cast<const T*>(v.data) + (contig ? begin : 0);
+  for (i64 pos = begin; pos < end; pos += kBlock) {
+    const int n = static_cast<int>(std::min<i64>(kBlock, end - pos));
+    const T* src = base + (pos - begin);
+    Prefetch pf;
+    if (!contig) {
+      g.next(n, buf);
+      src = buf;
+    } else {
+      const i64 ahead = kPrefetchAhead * kBlock;
+      const i64 next_n = std::clamp<i64>(end - pos - ahead, 0, kBlock);
+      pf.p = reinterpret_cast<const char*>(src + ahead);
+      pf.end = pf.p + next_n * static_cast<i64>(sizeof(T));
+    }
+    block(src, n, pf);
+  }
+}
+
+template <typename Load>
+AMP_512_TARGET void run16(const TensorView& v, i64 begin, i64 end, bool bf16, Stats& out) {
+  const FlushToZeroScope ftz;
+  auto A = std::make_unique<Acc32>();
+  alignas(64) u16 raw[kBlock];
+  alignas(64) u32 buf[kBlock];
+  for_each_block(v, begin, end, raw, [&](const u16* src, int n, Prefetch pf) AMP_512_TARGET {
+    if (n == kBlock) return block_avx512(Load{src}, buf, pf, *A);
+    if (bf16)
+      bf16_to_f32(src, n, buf);
+    else
+      f16_to_f32(src, n, buf);
+    block32_portable(buf, n, *A);
+  });
+  finish32(*A, out);
+}
+
+AMP_512_TARGET void run32(const TensorView& v, i64 begin, i64 end, Stats& out) {
+  const FlushToZeroScope ftz;
+  auto A = std::make_unique<Acc32>();
+  alignas(64) u32 buf[kBlock];
+  for_each_block(v, begin, end, buf, [&](const u32* src, int n, Prefetch pf) AMP_512_TARGET {
+    if (n == kBlock)
+      block_avx512(Load32{src}, const_cast<u32*>(src), pf, *A);
+    else
+      block32_portable(src, n, *A);
+  });
+  finish32(*A, out);
+}
+
+/// float64: the portable block, compiled here for AVX-512.
+AMP_512_TARGET void run64(const TensorView& v, i64 begin, i64 end, Stats& out) {
+  auto A = std::make_unique<Acc64>();
+  alignas(64) u64 buf[kBlock];
+  for_each_block(v, begin, end, buf,
+                 [&](const u64* src, int n, Prefetch) AMP_512_TARGET { block64(src, n, *A); });
+  finish64(*A, out);
+}
+
+}  // namespace
+
+bool stats_avx512_usable() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                         __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                         __builtin_cpu_supports("f16c") && __builtin_cpu_supports("bmi2") &&
+                         __builtin_cpu_supports("popcnt");
+  return ok;
+}
+
+void run_stats_avx512(const TensorView& v, i64 begin, i64 end, Stats& out) {
+  switch (v.dtype) {
+    case DType::kFloat32:
+      run32(v, begin, end, out);
+      break;
+    case DType::kFloat16:
+      run16<LoadF16>(v, begin, end, false, out);
+      break;
+    case DType::kBFloat16:
+      run16<LoadBF16>(v, begin, end, true, out);
+      break;
+    case DType::kFloat64:
+      run64(v, begin, end, out);
+      break;
+  }
+}
+
+}  // namespace ampscope::detail
+
+#else  // no AVX-512 build on this target
+
+namespace ampscope::detail {
+bool stats_avx512_usable() { return false; }
+void run_stats_avx512(const TensorView& v, i64 begin, i64 end, Stats& out) {
+  run_stats_portable(v, begin, end, out);
+}
+}  // namespace ampscope::detail
+
+#endif
