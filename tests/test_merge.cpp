@@ -3,6 +3,11 @@
 #include <ampscope/reports/report_json.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
 namespace {
 
 using namespace ampscope;
@@ -83,6 +88,97 @@ TEST(Merge, RejectsDuplicateRanksAndNothing) {
   EXPECT_THROW(merge_reports({}), std::invalid_argument);
   EXPECT_THROW(merge_reports({rank_report(0, 1, 1, std::nullopt), rank_report(0, 1, 1, std::nullopt)}),
                std::invalid_argument);
+}
+
+Stats stats_of(const std::vector<float>& v) {
+  TensorView view;
+  view.data = v.data();
+  view.sizes = {static_cast<std::int64_t>(v.size())};
+  view.strides = {1};
+  return compute_stats(view, 1);
+}
+
+/// Values with zeros, subnormals, infs and NaNs in them, so every count of a block is exercised.
+std::vector<float> mixed_values(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.f, 1.f);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const unsigned k = rng() % 20;
+    v[i] = k == 0   ? 0.f
+           : k == 1 ? std::numeric_limits<float>::denorm_min() * 7
+           : k == 2 ? std::numeric_limits<float>::infinity()
+           : k == 3 ? std::nanf("")
+                    : normal(rng) * std::ldexp(1.f, static_cast<int>(rng() % 40) - 20);
+  }
+  return v;
+}
+
+TEST(Merge, KeepsEveryRanksInputStatsAsTheStatsOfAllInputs) {
+  // Oracle: one stats pass over both ranks' inputs together.
+  const auto a = mixed_values(1000, 1), b = mixed_values(777, 2);
+  std::vector<float> both(a);
+  both.insert(both.end(), b.begin(), b.end());
+  Report r0 = rank_report(0, 1, 1.0, std::nullopt), r1 = rank_report(1, 1, 1.0, std::nullopt);
+  r0.layers[0].ops[0].input_stats = stats_of(a);
+  r1.layers[0].ops[0].input_stats = stats_of(b);
+  const Report m = merge_reports({r0, r1});
+  const Stats& got = m.layers.at(0).ops.at(0).input_stats.value();
+  const Stats want = stats_of(both);
+  EXPECT_EQ(got.count, want.count);
+  EXPECT_EQ(got.nan, want.nan);
+  EXPECT_EQ(got.posinf, want.posinf);
+  EXPECT_EQ(got.zeros, want.zeros);
+  EXPECT_EQ(got.finite(), want.finite());
+  EXPECT_FLOAT_EQ(got.absmax, want.absmax);
+  EXPECT_FLOAT_EQ(got.absmin_nonzero, want.absmin_nonzero);
+  EXPECT_EQ(got.overflow, want.overflow);
+  EXPECT_EQ(got.underflow, want.underflow);
+  EXPECT_EQ(got.subnormal, want.subnormal);
+  EXPECT_TRUE(got.exp_hist == want.exp_hist);
+  EXPECT_EQ(got.exp_hist.total(), want.finite() - want.zeros);
+  // A rank without input stats (recorded without --input-stats) leaves the other rank's whole.
+  r0.layers[0].ops[0].input_stats.reset();
+  const Report m2 = merge_reports({r0, r1});
+  EXPECT_EQ(m2.layers.at(0).ops.at(0).input_stats.value().count, static_cast<std::int64_t>(b.size()));
+}
+
+TEST(Merge, KeysOpsOnTheAutocastClassLikeTheObserver) {
+  Report r0 = rank_report(0, 2, 1.0, std::nullopt), r1 = rank_report(1, 3, 1.0, std::nullopt);
+  r1.layers[0].ops[0].autocast = "fp32";  // same op and dtypes, another autocast class
+  Report m = merge_reports({r0, r1});
+  ASSERT_EQ(m.layers.at(0).ops.size(), 2u);
+  for (const OpRecord& op : m.layers[0].ops) EXPECT_EQ(op.calls, op.autocast == "fp32" ? 3 : 2);
+  r1.layers[0].ops[0].autocast = r0.layers[0].ops[0].autocast;
+  m = merge_reports({r0, r1});
+  ASSERT_EQ(m.layers.at(0).ops.size(), 1u);
+  EXPECT_EQ(m.layers[0].ops[0].calls, 5);
+}
+
+TEST(Merge, SumsEveryCountAndRefusesToWrap) {
+  Report r0 = rank_report(0, 1, 1.0, std::nullopt), r1 = rank_report(1, 1, 1.0, std::nullopt);
+  OpRecord &o0 = r0.layers[0].ops[0], &o1 = r1.layers[0].ops[0];
+  o0.benign_nonfinite = 4, o1.benign_nonfinite = 5;
+  o0.harmful_nonfinite = 1, o1.harmful_nonfinite = 2;
+  o0.fp32_finite = 7, o1.fp32_nonfinite = 3;
+  const OpRecord& m = merge_reports({r0, r1}).layers.at(0).ops.at(0);
+  EXPECT_EQ(m.benign_nonfinite, 9);
+  EXPECT_EQ(m.harmful_nonfinite, 3);
+  EXPECT_EQ(m.fp32_finite, 7);
+  EXPECT_EQ(m.fp32_nonfinite, 3);
+  o1.calls = std::numeric_limits<std::int64_t>::max();
+  EXPECT_THROW(merge_reports({r0, r1}), std::overflow_error);
+}
+
+TEST(Merge, RefusesReportsOfDifferentRunsUnlessForced) {
+  Report r0 = rank_report(0, 1, 1.0, std::nullopt), r1 = rank_report(1, 1, 1.0, std::nullopt);
+  r1.run.autocast_dtype = "bfloat16";
+  EXPECT_THROW(merge_reports({r0, r1}), std::invalid_argument);
+  MergeOptions force;
+  force.force = true;
+  const Report m = merge_reports({r0, r1}, force);
+  EXPECT_TRUE(std::any_of(m.run.notes.begin(), m.run.notes.end(),
+                          [](const std::string& n) { return n.find("--force") != std::string::npos; }));
 }
 
 }  // namespace
