@@ -57,8 +57,36 @@ def _fail(message):
     return 2
 
 
-def _on_sigterm(signum, frame):
-    raise SystemExit(128 + signum)
+class _ScriptSignals:
+    """SIGINT/SIGTERM while the script runs end it as Python would (KeyboardInterrupt,
+    SystemExit(128+sig)) so the profile's exit writes the report. Once the script is over (or
+    the first signal has ended it) they are only recorded: a signal landing just as the script
+    ends, or a repeated one, can no longer cut the report or the release of --out short; main
+    then exits 128+sig."""
+
+    def __init__(self):
+        self.script_running = False
+        self.pending = None
+
+    def install(self):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame):
+        if not self.script_running:
+            self.pending = self.pending or signum
+            return
+        self.script_running = False
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    def run(self, script):
+        self.script_running = True
+        try:
+            runpy.run_path(script, run_name="__main__")
+        finally:
+            self.script_running = False
 
 
 def main(argv=None):
@@ -82,10 +110,13 @@ def main(argv=None):
         return _fail(str(e))
     sys.argv = [a.script, *a.args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(a.script)))
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    signals = _ScriptSignals()
+    signals.install()
     try:
         with prof:
-            runpy.run_path(a.script, run_name="__main__")
+            signals.run(a.script)
+    except KeyboardInterrupt:
+        signals.pending = signals.pending or signal.SIGINT  # Ctrl-C: 130, no traceback
     except NonFiniteStop as stop:
         sys.stderr.write(f"ampscope: {stop}\n")
         return 3
@@ -95,11 +126,10 @@ def main(argv=None):
         sys.stderr.write("ampscope: note: the output pipe was closed (BrokenPipeError)\n")
         return 128 + signal.SIGPIPE
     finally:
-        signal.signal(signal.SIGTERM, previous)
         prof._release_out()  # also when the script never got to run
         if prof.report_path:
             sys.stderr.write(f"ampscope: wrote {prof.report_path}\n")
-    return 0
+    return 128 + signals.pending if signals.pending else 0
 
 
 if __name__ == "__main__":
