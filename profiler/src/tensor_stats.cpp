@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "ampscope/profiler/cuda_stats.h"
@@ -83,29 +84,15 @@ Stats tensor_stats_cuda(const at::Tensor& t) {
   }
 }
 
-/// Elements per chunk of a parallel stats pass (a multiple of the kernel's block).
-constexpr std::int64_t kStatsChunk = std::int64_t{1} << 16;
-
-/// The CPU kernel over torch's intra-op thread pool: its threads are idle between ops (the
-/// observer runs at op boundaries), so mid-size tensors are split too, not only those big enough
-/// to pay for starting threads. Fixed chunks merged in chunk order: the result does not depend
-/// on the schedule. Inside a parallel region (or with one thread) it runs serially.
+/// The CPU kernel on as many threads as torch's intra-op setting allows (torch.set_num_threads
+/// is the user's knob), serially inside a parallel region. Not through at::parallel_for: with the
+/// wheel's OpenMP backend that is an inline `#pragma omp parallel`, which runs serially in a TU
+/// built without -fopenmp (and building with it would load a second OpenMP runtime next to
+/// torch's). compute_stats starts its threads only for tensors big enough to pay for them and
+/// merges fixed chunks in order, so the result does not depend on the thread count.
 Stats compute_stats_on_pool(const TensorView& view) {
-  const std::int64_t n = view.numel();
-  if (n < 2 * kStatsChunk || at::get_num_threads() <= 1 || at::in_parallel_region()) {
-    return compute_stats(view, 1);
-  }
-  const std::int64_t chunks = (n + kStatsChunk - 1) / kStatsChunk;
-  std::vector<Stats> parts(static_cast<std::size_t>(chunks));
-  at::parallel_for(0, chunks, 1, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t c = b; c < e; ++c) {
-      accumulate_stats(view, c * kStatsChunk, std::min(n, (c + 1) * kStatsChunk),
-                       parts[static_cast<std::size_t>(c)]);
-    }
-  });
-  Stats out;
-  for (const Stats& p : parts) out.merge(p);
-  return out;
+  const int threads = at::in_parallel_region() ? 1 : std::max(1, at::get_num_threads());
+  return compute_stats(view, threads);
 }
 
 }  // namespace
