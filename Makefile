@@ -39,12 +39,13 @@ demo: build
 
 # Benchmarks (not tests): stats kernel throughput, then training-step overhead, callback cost
 # per op and memory over long runs (C++), then the Python loop against its peers
-# (PY_BENCH_ARGS=--quick: 3 rounds). Figures are ratios measured within one run; JSON lands in
+# (PY_BENCH_ARGS=--quick: 3 rounds) and ampscope.tensor_stats from Python. Figures are ratios measured within one run; JSON lands in
 # $(BUILD_DIR)/bench-*.json.
 bench: build
 	$(BUILD_DIR)/bin/ampscope-bench-stats --json $(BUILD_DIR)/bench-stats.json $(STATS_BENCH_ARGS)
 	$(BUILD_DIR)/bin/ampscope-bench-overhead --json $(BUILD_DIR)/bench-overhead.json $(OVERHEAD_BENCH_ARGS)
 	PYTHONPATH=$(BUILD_DIR)/python $(PYTHON) tools/bench/python_overhead.py --json $(BUILD_DIR)/bench-python.json $(PY_BENCH_ARGS)
+	PYTHONPATH=$(BUILD_DIR)/python $(PYTHON) tools/bench/python_stats.py --json $(BUILD_DIR)/bench-python-stats.json
 
 format:
 	find profiler hooks reports tools tests -name '*.cpp' -o -name '*.h' -o -name '*.cu' | xargs clang-format -i
