@@ -15,7 +15,7 @@ export CUDACXX ?= $(CUDA_HOME)/bin/nvcc
 all: build
 
 deps:
-	@$(PYTHON) -c 'import torch, torchvision, transformers, accelerate, pytest, selenium' 2>/dev/null && command -v ninja >/dev/null && command -v ccache >/dev/null \
+	@$(PYTHON) -c 'import torch, torchvision, transformers, accelerate, pytest, selenium, wheel' 2>/dev/null && command -v ninja >/dev/null && command -v ccache >/dev/null \
 	  && test -f /usr/include/nlohmann/json.hpp && test -f /usr/include/fmt/format.h \
 	  && test -f /usr/include/gtest/gtest.h \
 	  && command -v chromium >/dev/null && test -x /usr/bin/chromedriver \

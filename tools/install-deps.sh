@@ -33,10 +33,11 @@ if [ "$have_torch" != "$TORCH_VERSION" ]; then
 fi
 # Test-only packages: real models nobody here wrote (no weights are downloaded; accelerate is
 # what transformers.Trainer needs); selenium drives
-# the Debian chromium for the HTML report's browser test.
+# the Debian chromium for the HTML report's browser test; wheel lets `pip install
+# --no-build-isolation .` build (the packaging test).
 # module:requirement pairs; torchvision is pinned to the release built for torch 2.11.0.
 for pair in numpy:numpy pytest:pytest torchvision:torchvision==0.26.0 transformers:transformers==5.24.0 \
-            selenium:selenium==4.51.0 accelerate:accelerate==1.16.0; do
+            selenium:selenium==4.51.0 accelerate:accelerate==1.16.0 wheel:wheel; do
   mod=${pair%%:*}; req=${pair#*:}
   "$PYTHON" -c "import $mod" 2>/dev/null || {
     log "pip: installing $req"
