@@ -133,14 +133,15 @@ def test_sigterm_and_sigint_still_leave_a_report(tmp_path):
                 print("ready", flush=True)
     """))
     env = dict(os.environ, PYTHONPATH=str(PYPKG))
-    # SIGINT ends like `python script.py` does: KeyboardInterrupt, then death by SIGINT.
-    for sig, code in ((signal.SIGTERM, 128 + 15), (signal.SIGINT, -signal.SIGINT)):
+    # The shell sees 143 / 130 either way: ampscope reports, then exits 128 + signal (a SIGINT
+    # that lands in Python's own teardown ends it by the signal, as `python script.py` would).
+    for sig, codes in ((signal.SIGTERM, (128 + 15,)), (signal.SIGINT, (130, -signal.SIGINT))):
         out = tmp_path / f"out{int(sig)}"
         p = subprocess.Popen([sys.executable, "-m", "ampscope", "--out", str(out), str(script)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
         assert p.stdout.readline().strip() == "ready"
         p.send_signal(sig)
         _, err = p.communicate(timeout=120)
-        assert p.returncode == code, err
+        assert p.returncode in codes, err
         report = json.loads((out / "report.json").read_text())
         assert report["run"]["steps"] >= 3
