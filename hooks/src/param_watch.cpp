@@ -1,9 +1,9 @@
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <ATen/record_function.h>
 #include <ampscope/hooks/layers.h>
 #include <ampscope/hooks/param_watch.h>
 #include <ampscope/profiler/tensor_stats.h>
-
-#include <ATen/ATen.h>
-#include <ATen/record_function.h>
 #include <torch/optim/optimizer.h>
 
 #include <mutex>
@@ -64,7 +64,8 @@ void add_stale(ParamWatchInfo& info, const Copy& c, std::int64_t updated, std::i
   ++rec->steps;
   rec->updated += updated;
   rec->stale += stale;
-  const double share = updated > 0 ? static_cast<double>(stale) / static_cast<double>(updated) : 0.0;
+  const double share =
+      updated > 0 ? static_cast<double>(stale) / static_cast<double>(updated) : 0.0;
   if (rec->worst_step < 0 || share > rec->worst_share) {
     rec->worst_share = share;
     rec->worst_step = step;
@@ -107,7 +108,8 @@ void updates_after() {
   for (auto& c : pending) {
     if (c.w.tensor.sizes() != c.before.sizes()) continue;  // replaced by the step: not comparable
     const std::int64_t updated = c.due.sum().item<std::int64_t>();
-    const std::int64_t stale = c.due.logical_and(c.w.tensor.detach().eq(c.before)).sum().item<std::int64_t>();
+    const std::int64_t stale =
+        c.due.logical_and(c.w.tensor.detach().eq(c.before)).sum().item<std::int64_t>();
     std::lock_guard<std::mutex> lock(s.mu);
     add_stale(info_locked(s, c.w), c, updated, stale, step);
   }

@@ -1,13 +1,10 @@
 // Silent precision loss: what narrowing casts destroy (counted on the cast's source, whose stats
 // block has exact underflow/overflow/subnormal counts per format) and low-precision outputs that
 // lost every nonzero value (confirmed by a float32 re-run). Recorded steps only.
-#include "silent_loss_hooks.h"
-
-#include <ampscope/profiler/tensor_stats.h>
-
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
+#include <ampscope/profiler/tensor_stats.h>
 
 #include <algorithm>
 #include <mutex>
@@ -16,6 +13,7 @@
 
 #include "observer_state.h"
 #include "recheck.h"
+#include "silent_loss_hooks.h"
 
 namespace ampscope {
 
@@ -49,11 +47,20 @@ namespace {
 /// The stats format of a low-precision dtype; false for float32/float64 and non-floating ones.
 bool format_of(c10::ScalarType t, Format* f) {
   switch (t) {
-    case at::kHalf: *f = Format::kFloat16; return true;
-    case at::kBFloat16: *f = Format::kBFloat16; return true;
-    case at::kFloat8_e4m3fn: *f = Format::kFloat8E4M3FN; return true;
-    case at::kFloat8_e5m2: *f = Format::kFloat8E5M2; return true;
-    default: return false;
+    case at::kHalf:
+      *f = Format::kFloat16;
+      return true;
+    case at::kBFloat16:
+      *f = Format::kBFloat16;
+      return true;
+    case at::kFloat8_e4m3fn:
+      *f = Format::kFloat8E4M3FN;
+      return true;
+    case at::kFloat8_e5m2:
+      *f = Format::kFloat8E5M2;
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -66,7 +73,7 @@ bool narrowing(c10::ScalarType from, c10::ScalarType to, Format* f) {
 
 /// The dtype a cast's boxed inputs ask for: the first ScalarType (int) or Tensor (to.other)
 /// after `self`; nullopt when none (e.g. to(device) only).
-std::optional<c10::ScalarType> cast_target(const std::vector<c10::IValue>& inputs) {
+std::optional<c10::ScalarType> cast_target(c10::ArrayRef<c10::IValue> inputs) {
   for (std::size_t i = 1; i < inputs.size(); ++i) {
     if (inputs[i].isInt()) return static_cast<c10::ScalarType>(inputs[i].toInt());
     if (inputs[i].isTensor()) return inputs[i].toTensor().scalar_type();
@@ -101,7 +108,7 @@ struct Store {
   std::mutex mu;
   std::uint64_t generation = ~std::uint64_t{0};
   std::unordered_map<OpKey, SilentLossEntry, OpKeyHash> entries;
-  std::int64_t param_step = -1;  ///< step `params_cast` is of
+  std::int64_t param_step = -1;                   ///< step `params_cast` is of
   std::unordered_set<std::uint64_t> params_cast;  ///< (TensorImpl, target) cast this step
   std::unordered_map<std::uint32_t, std::vector<std::string>> arg_names;  ///< by op id
 };
@@ -145,7 +152,8 @@ int arg_index_of(const at::Tensor& src, const std::vector<c10::IValue>& outer) {
     if (outer[i].isTensor()) {
       hit = outer[i].toTensor().unsafeGetTensorImpl() == impl;
     } else if (outer[i].isTensorList()) {
-      for (const at::Tensor& t : outer[i].toTensorList().vec()) hit = hit || t.unsafeGetTensorImpl() == impl;
+      for (const at::Tensor& t : outer[i].toTensorList().vec())
+        hit = hit || t.unsafeGetTensorImpl() == impl;
     }
     if (hit) return static_cast<int>(i);
   }
@@ -236,7 +244,8 @@ std::int64_t degenerate_checks(const OpKey& key) {
 void check_degenerate(const at::RecordFunction& fn, const OpKey& key,
                       const std::vector<c10::IValue>& inputs, const Stats& out, std::int64_t step) {
   if (!low_precision(key.compute_dtype) || out.count == 0 || out.nonfinite() > 0) return;
-  const double nonzero = static_cast<double>(out.count - out.zeros) / static_cast<double>(out.count);
+  const double nonzero =
+      static_cast<double>(out.count - out.zeros) / static_cast<double>(out.count);
   if (nonzero > kDegenerateNonzeroShare) return;
   DegenerateCounts d;
   d.zero_outputs = 1;
@@ -260,7 +269,7 @@ void check_degenerate(const at::RecordFunction& fn, const OpKey& key,
 
 }  // namespace
 
-void on_autocast_cast(const void* tag, const std::vector<c10::IValue>& cast_inputs,
+void on_autocast_cast(const void* tag, c10::ArrayRef<c10::IValue> cast_inputs,
                       const std::vector<c10::IValue>& outer_inputs, std::int64_t step) {
   if (cast_inputs.empty() || !cast_inputs[0].isTensor()) return;
   auto to = cast_target(cast_inputs);
@@ -273,12 +282,13 @@ void on_autocast_cast(const void* tag, const std::vector<c10::IValue>& cast_inpu
 }
 
 void on_top_finished(const at::RecordFunction& fn, const void* tag, const OpKey& key,
-                     const std::vector<c10::IValue>& inputs, const Stats& out_stats,
-                     bool is_cast, bool inplace, std::int64_t step) {
+                     const std::vector<c10::IValue>& inputs, const Stats& out_stats, bool is_cast,
+                     bool inplace, std::int64_t step) {
   file_pending(fn, tag, key);
   if (is_cast) {
     if (inputs.empty() || !inputs[0].isTensor() || key.output_dtype < 0) return;
-    if (auto c = source_loss(inputs[0].toTensor(), static_cast<c10::ScalarType>(key.output_dtype), step)) {
+    if (auto c = source_loss(inputs[0].toTensor(), static_cast<c10::ScalarType>(key.output_dtype),
+                             step)) {
       c->argument = "self";
       file_cast_loss(key, std::move(*c));
     }
