@@ -1,11 +1,12 @@
 // RecordFunction callbacks: one entry per top-level op call (autocast's outer and inner calls
 // merged), backward nodes attributed to the layer of the forward op that created them.
+#include <ampscope/profiler/observer.h>
+#include <ampscope/profiler/tensor_stats.h>
+
 #include <ATen/ATen.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
-#include <ampscope/profiler/observer.h>
-#include <ampscope/profiler/tensor_stats.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/autograd/function.h>
@@ -17,10 +18,10 @@
 #include <stdexcept>
 #include <unordered_set>
 
+#include "observer_state.h"
 #include "ivalue_tensors.h"
 #include "nonfinite_scan.h"
 #include "observer_device.h"
-#include "observer_state.h"
 #include "provenance.h"
 #include "recheck.h"
 #include "silent_loss_hooks.h"
@@ -111,7 +112,7 @@ struct Call : at::ObserverContext {
   bool autocast_candidate = false;
   bool inner_seen = false;
   std::int64_t pending_casts = 0;
-  bool inputs_checked = false;  ///< inputs' finiteness known from the start callback
+  bool inputs_checked = false;   ///< inputs' finiteness known from the start callback
   bool inputs_finite = true;
   std::vector<c10::IValue> inputs;  ///< held for finiteness checks and the FP32 re-check
   Stats stats;                      ///< backward: incoming gradients, taken at start
@@ -229,8 +230,7 @@ template <typename Range>
 bool all_finite(const Range& values) {
   bool bad = false;
   for (const c10::IValue& v : values) {
-    for_each_tensor(
-        v, [&](const at::Tensor& t) { bad = bad || (is_floating(t) && has_nonfinite(t)); });
+    for_each_tensor(v, [&](const at::Tensor& t) { bad = bad || (is_floating(t) && has_nonfinite(t)); });
     if (bad) return false;
   }
   return true;
@@ -275,8 +275,8 @@ void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call)
   auto inputs = fn.inputs();
   c10::DeviceType device = c10::DeviceType::CPU;
   call.input_dtype = floating_dtype(inputs, &device);
-  bool has_autocast_kernel =
-      device == c10::DeviceType::CUDA ? call.info->autocast_cuda : call.info->autocast_cpu;
+  bool has_autocast_kernel = device == c10::DeviceType::CUDA ? call.info->autocast_cuda
+                                                              : call.info->autocast_cpu;
   if (has_autocast_kernel && at::autocast::is_autocast_enabled(device)) {
     call.autocast_candidate = true;
     call.autocast_dtype = static_cast<std::int8_t>(at::autocast::get_autocast_dtype(device));
@@ -550,8 +550,8 @@ void record_loss_scale(const Call& call, std::int64_t step) {
 
 bool is_low_precision(std::int8_t dtype) {
   const auto t = static_cast<c10::ScalarType>(dtype);
-  return dtype >= 0 &&
-         (t == at::kHalf || t == at::kBFloat16 || t == at::kFloat8_e4m3fn || t == at::kFloat8_e5m2);
+  return dtype >= 0 && (t == at::kHalf || t == at::kBFloat16 || t == at::kFloat8_e4m3fn ||
+                        t == at::kFloat8_e5m2);
 }
 
 // ---- harm: where non-finite values become the run's first_nonfinite -------------------------
@@ -837,8 +837,7 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
     key = forward_key(call, fn.outputs());
     finish_op(fn, call, t, key, agg);
     if (!call.sentinel)  // cast loss and degenerate outputs (issue 13)
-      on_top_finished(fn, &call, key, call.inputs, agg.stats, call.info->cast, call.info->inplace,
-                      call.step);
+      on_top_finished(fn, &call, key, call.inputs, agg.stats, call.info->cast, call.info->inplace, call.step);
   }
   if (call.sentinel) {
     if (!agg.has_nonfinite_counts()) return;
@@ -851,8 +850,7 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
     fold_call(t.table->entries[key], std::move(agg), call.step);
   }
   // CUDA outputs: stats enqueued on the device, read back at the step's end (no sync here).
-  if (!call.node && !call.info->uninitialized && !call.info->view)
-    device_record(fn.outputs(), *t.table, key, call.step);
+  if (!call.node && !call.info->uninitialized && !call.info->view) device_record(fn.outputs(), *t.table, key, call.step);
   device_bind(call.ext_id, *t.table, key);
 }
 void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
@@ -965,8 +963,7 @@ void Observer::pop_layer() {
   if (!detail::tls.layers.empty()) detail::tls.layers.pop_back();
 }
 void Observer::push_phase(Phase p) {
-  if (p == Phase::kOptimizer)
-    detail::global().after_backward.store(false, std::memory_order_relaxed);
+  if (p == Phase::kOptimizer) detail::global().after_backward.store(false, std::memory_order_relaxed);
   detail::tls.phases.push_back(p);
 }
 void Observer::pop_phase() {
@@ -978,8 +975,7 @@ bool Observer::nonfinite_seen() {
 }
 
 bool Observer::nonfinite_pending() {
-  return detail::global().running.load(std::memory_order_relaxed) &&
-         detail::provenance().any_tainted();
+  return detail::global().running.load(std::memory_order_relaxed) && detail::provenance().any_tainted();
 }
 
 void Observer::check_module_outputs(const std::vector<at::Tensor>& outputs) {
