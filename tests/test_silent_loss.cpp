@@ -1,0 +1,24 @@
+// Cast loss of an explicit narrowing cast in model code, against torch's own cast.
+#include <ampscope/profiler/observer.h>
+#include <ampscope/profiler/silent_loss.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+namespace {
+
+TEST(SilentLoss, ExplicitHalfCastCountsWhatTorchsCastZeroes) {
+  // Half the values far below float16's smallest subnormal (~6e-8), half representable.
+  at::Tensor x = at::cat({at::rand({500}) * 1e-9 + 1e-10, at::rand({500}) + 0.5});
+  const std::int64_t oracle = (x.to(at::kHalf) == 0).sum().item<std::int64_t>();
+  ampscope::Observer::start();
+  at::Tensor y = x.to(at::kHalf);
+  ampscope::Observer::mark_step();
+  ampscope::Observer::stop();
+  std::int64_t underflow = 0;
+  for (const auto& e : ampscope::silent_loss_snapshot())
+    for (const auto& c : e.casts) underflow += c.underflow;
+  EXPECT_EQ(oracle, 500);
+  EXPECT_EQ(underflow, oracle);
+}
+
+}  // namespace
