@@ -1,4 +1,5 @@
 // Cast loss of an explicit narrowing cast in model code, against torch's own cast.
+#include <ATen/autocast_mode.h>
 #include <ampscope/profiler/observer.h>
 #include <ampscope/profiler/silent_loss.h>
 #include <gtest/gtest.h>
@@ -19,6 +20,26 @@ TEST(SilentLoss, ExplicitHalfCastCountsWhatTorchsCastZeroes) {
     for (const auto& c : e.casts) underflow += c.underflow;
   EXPECT_EQ(oracle, 500);
   EXPECT_EQ(underflow, oracle);
+}
+
+TEST(SilentLoss, AutocastWeightCastCountsWhatTorchsCastZeroes) {
+  at::Tensor x = at::randn({8, 16});
+  at::Tensor w = at::randn({4, 16}) * 1e-9;  // every weight below float16's smallest subnormal
+  const std::int64_t oracle = (w.to(at::kHalf) == 0).sum().item<std::int64_t>();
+  ampscope::Observer::start();
+  at::autocast::set_autocast_dtype(at::kCPU, at::kHalf);
+  at::autocast::set_autocast_enabled(at::kCPU, true);
+  at::Tensor y = at::linear(x, w);
+  at::autocast::set_autocast_enabled(at::kCPU, false);
+  at::autocast::clear_cache();
+  ampscope::Observer::mark_step();
+  ampscope::Observer::stop();
+  std::int64_t weight_underflow = 0;
+  for (const auto& e : ampscope::silent_loss_snapshot())
+    for (const auto& c : e.casts)
+      if (c.argument == "weight") weight_underflow += c.underflow;
+  EXPECT_EQ(oracle, w.numel());
+  EXPECT_EQ(weight_underflow, oracle);
 }
 
 }  // namespace
