@@ -36,7 +36,9 @@ ParamWatchInfo& info_locked(WatchStore& s, const WatchedTensor& w) {
   auto it = s.by_name.find(w.param);
   if (it != s.by_name.end()) return s.params[it->second];
   s.by_name.emplace(w.param, s.params.size());
-  s.params.push_back({w.param, w.layer, w.layer_type, std::nullopt, {}});
+  const std::string dtype =
+      w.tensor.defined() ? dtype_name(static_cast<std::int8_t>(w.tensor.scalar_type())) : "";
+  s.params.push_back({w.param, w.layer, w.layer_type, dtype, std::nullopt, {}});
   return s.params.back();
 }
 
@@ -52,7 +54,7 @@ bool comparable(const WatchedTensor& w) {
 
 void add_stale(ParamWatchInfo& info, const Copy& c, std::int64_t updated, std::int64_t stale,
                std::int64_t step) {
-  StaleUpdateCounts* rec = nullptr;
+  reports::StaleUpdateRecord* rec = nullptr;
   for (auto& s : info.stale)
     if (s.tensor == c.w.role) rec = &s;
   if (!rec) {

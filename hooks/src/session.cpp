@@ -140,7 +140,9 @@ reports::Report Session::report() const {
   ctx.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   // The snapshot first: it reads CUDA stats back, parameter gradients' included.
   const ObserverSnapshot snap = Observer::snapshot();
-  reports::Report report = build_report(snap, known_layers(), param_grads(), ctx);
+  const RunRecords records{known_layers(), param_grads(), silent_loss_snapshot(),
+                           param_watch_snapshot()};
+  reports::Report report = build_report(snap, records, ctx);
   report.recommendations = reports::recommend(report);
   return report;
 }

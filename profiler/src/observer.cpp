@@ -1025,7 +1025,7 @@ ObserverSnapshot Observer::snapshot() {
   auto& g = detail::global();
   ObserverSnapshot snap;
   detail::device_flush();
-  std::unordered_map<OpKey, OpAggregate, detail::OpKeyHash> merged;
+  std::unordered_map<OpKey, OpAggregate, OpKeyHash> merged;
   {
     std::lock_guard<std::mutex> lock(g.tables_mu);
     for (auto& table : g.tables) {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <ampscope/profiler/stats.h>
+#include <ampscope/reports/report.h>
 
 #include <ATen/core/Tensor.h>
 
@@ -30,24 +31,14 @@ struct WatchedTensor {
   at::Tensor grad;
 };
 
-/// Updates of one tensor lost to rounding, over the recorded steps.
-struct StaleUpdateCounts {
-  std::string tensor = "value";  ///< "value" or the optimizer state key
-  std::string dtype;
-  std::int64_t steps = 0;     ///< optimizer steps compared
-  std::int64_t updated = 0;   ///< elements with a nonzero gradient (an update was due)
-  std::int64_t stale = 0;     ///< ... whose stored value did not change
-  std::int64_t worst_step = -1;
-  double worst_share = 0.0;   ///< largest stale / updated of one step
-};
-
 /// What was watched of one parameter.
 struct ParamWatchInfo {
   std::string name;
   std::string layer;
   std::string layer_type;
+  std::string dtype;
   std::optional<Stats> values;  ///< its values at the last recorded step
-  std::vector<StaleUpdateCounts> stale;
+  std::vector<reports::StaleUpdateRecord> stale;  ///< float16/bfloat16 tensors only
 };
 
 /// Before optimizer.step(), on recorded steps: stats of every parameter's values, and copies of

@@ -37,6 +37,13 @@ struct CastLossRecord {
   std::int64_t first_step = -1;  ///< first step with a lost value
   std::int64_t worst_step = -1;
   double worst_share = 0.0;   ///< largest (underflow + overflow) / nonzero of one cast
+  /// Whether `o` counts the same argument and cast (then add() merges them).
+  bool same_cast(const CastLossRecord& o) const {
+    return argument == o.argument && arg_index == o.arg_index && source_dtype == o.source_dtype &&
+           target_dtype == o.target_dtype;
+  }
+  /// Adds the record of the same cast on another rank.
+  void add(const CastLossRecord& o);
 };
 
 /// Low-precision calls whose output was (almost) all zeros (JSON "degenerate_output"), re-run
@@ -49,6 +56,8 @@ struct DegenerateRecord {
   double min_nonzero_share = 1.0;  ///< lowest nonzero share of a degenerate output
   double max_rel_err = 0.0;        ///< worst relative L2 error against the float32 re-run
   double fp32_absmax = 0.0;        ///< largest |value| the float32 re-runs produced
+  /// Adds the record of the same entry on another rank.
+  void add(const DegenerateRecord& o);
 };
 
 /// Updates of a float16/bfloat16 parameter (or of its optimizer state) lost to rounding.
@@ -60,6 +69,8 @@ struct StaleUpdateRecord {
   std::int64_t stale = 0;    ///< ... whose stored value did not change
   std::int64_t worst_step = -1;
   double worst_share = 0.0;  ///< largest stale / updated of one step
+  /// Adds the record of the same tensor on another rank.
+  void add(const StaleUpdateRecord& o);
 };
 
 /// One aggregated op entry of a layer, keyed by (op, phase, input, compute, output dtype).
