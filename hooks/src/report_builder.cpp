@@ -80,6 +80,8 @@ reports::CastLossRecord to_cast_loss(const CastLossCounts& c) {
   r.underflow = c.underflow;
   r.overflow = c.overflow;
   r.subnormal = c.subnormal;
+  r.source_sq = c.source_sq;
+  r.lost_sq = c.lost_sq;
   r.first_step = c.first_step;
   r.worst_step = c.worst_step;
   r.worst_share = c.worst_share;

@@ -7,6 +7,7 @@
 #include <ampscope/profiler/tensor_stats.h>
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
@@ -29,6 +30,8 @@ void CastLossCounts::add(const CastLossCounts& o) {
   underflow += o.underflow;
   overflow += o.overflow;
   subnormal += o.subnormal;
+  source_sq += o.source_sq;
+  lost_sq += o.lost_sq;
 }
 
 void DegenerateCounts::add(const DegenerateCounts& o) {
@@ -81,6 +84,31 @@ std::optional<c10::ScalarType> cast_target(c10::ArrayRef<c10::IValue> inputs) {
   return std::nullopt;
 }
 
+/// floor(log2) of the largest magnitude format `f` rounds to 0 (stats_thresholds.h's Tu, a power
+/// of two): values of lower binades all become 0.
+int underflow_exponent(Format f) {
+  switch (f) {
+    case Format::kFloat16: return -25;
+    case Format::kBFloat16: return -134;
+    case Format::kFloat8E4M3FN: return -10;
+    default: return -17;  // float8_e5m2
+  }
+}
+
+/// Upper bound of the sum of squares of the `underflow` values of `s` that format `f` rounds to
+/// 0: each binade below the threshold at its top, the rest (exactly the threshold) at it.
+double lost_sq_bound(const Stats& s, Format f, std::int64_t underflow) {
+  if (underflow == 0 || s.exp_hist.empty()) return 0.0;
+  const int k = underflow_exponent(f);
+  double sq = 0.0;
+  std::int64_t below = 0;
+  for (int e = s.exp_hist.lo(); e < std::min(k, s.exp_hist.hi()); ++e) {
+    below += s.exp_hist.at(e);
+    sq += static_cast<double>(s.exp_hist.at(e)) * std::ldexp(1.0, 2 * (e + 1));
+  }
+  return sq + static_cast<double>(std::max<std::int64_t>(0, underflow - below)) * std::ldexp(1.0, 2 * k);
+}
+
 /// The counts of casting a source with stats `s` to format `f`, as one cast of `step`.
 CastLossCounts counts_of(const Stats& s, Format f, std::int64_t step) {
   CastLossCounts c;
@@ -90,6 +118,8 @@ CastLossCounts counts_of(const Stats& s, Format f, std::int64_t step) {
   c.underflow = s.underflow_in(f);
   c.overflow = s.overflow_in(f);
   c.subnormal = s.subnormal_in(f);
+  c.source_sq = s.sum_sq;
+  c.lost_sq = lost_sq_bound(s, f, c.underflow);
   const std::int64_t lost = c.underflow + c.overflow;
   c.worst_step = step;
   c.worst_share = c.nonzero > 0 ? static_cast<double>(lost) / static_cast<double>(c.nonzero) : 0.0;

@@ -51,7 +51,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .sev-critical{background:var(--red);color:#fff}.sev-high{background:#ffcecb;color:#82071e}
 .sev-medium{background:var(--amber-bg);color:var(--amber)}.sev-low{background:#eaeef2;color:var(--muted)}
 .act{font-weight:700}.act-pin_fp32{color:var(--red)}.act-loss_scaling{color:var(--orange)}
-.act-fix_model{color:var(--violet)}.act-watch{color:var(--amber)}
+.act-fix_model{color:var(--violet)}.act-watch{color:var(--amber)}.act-fp32_master_weights{color:var(--orange)}
 code.code{background:var(--soft);border:1px solid var(--line);border-radius:4px;padding:0 .3em;font-size:.82em;
 white-space:nowrap}
 details summary{cursor:pointer;color:var(--muted);font-size:.85em;margin-top:.2em}
@@ -82,7 +82,7 @@ td.zero{color:#aab1b9}
 .chip{display:inline-block;font-size:.78em;padding:0 .45em;border-radius:8px;margin-right:.2em;background:#eaeef2;
 white-space:nowrap}
 .chip.pin_fp32{background:#ffcecb;color:#82071e}.chip.loss_scaling{background:#fff1e5;color:var(--orange)}
-.chip.fix_model{background:var(--violet-bg);color:var(--violet)}.chip.watch{background:var(--amber-bg);color:var(--amber)}
+.chip.fix_model{background:var(--violet-bg);color:var(--violet)}.chip.watch{background:var(--amber-bg);color:var(--amber)}.chip.fp32_master_weights{background:#fff1e5;color:var(--orange)}
 tr.detail>td{background:#fbfcfd;padding:.6em .9em .9em 2em;border-bottom:2px solid var(--line)}
 table.ops{border-collapse:collapse;font-size:.85em;margin-bottom:.7em;width:auto}
 table.ops th,table.ops td{border-bottom:1px solid var(--line);padding:.2em .5em;text-align:left}

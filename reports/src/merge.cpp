@@ -5,6 +5,7 @@
 #include <ampscope/reports/recommend.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -19,6 +20,11 @@ std::int64_t earliest(std::int64_t a, std::int64_t b) {
 }
 }  // namespace
 
+double CastLossRecord::lost_rel_l2() const {
+  if (!(source_sq > 0.0)) return underflow > 0 ? 1.0 : 0.0;
+  return std::min(1.0, std::sqrt(lost_sq / source_sq));
+}
+
 void CastLossRecord::add(const CastLossRecord& o) {
   first_step = earliest(first_step, o.first_step);
   if (o.worst_share > worst_share || worst_step < 0) {
@@ -31,6 +37,8 @@ void CastLossRecord::add(const CastLossRecord& o) {
   underflow += o.underflow;
   overflow += o.overflow;
   subnormal += o.subnormal;
+  source_sq += o.source_sq;
+  lost_sq += o.lost_sq;
   parameter = parameter || o.parameter;
 }
 

@@ -131,6 +131,9 @@ ojson cast_loss_to_ojson(const CastLossRecord& c) {
   o["underflow"] = c.underflow;
   o["overflow"] = c.overflow;
   o["subnormal"] = c.subnormal;
+  o["source_sq"] = num(c.source_sq);
+  o["lost_sq"] = num(c.lost_sq);
+  o["lost_rel_l2"] = num(c.lost_rel_l2());  // derived, not read back
   o["first_step"] = c.first_step;
   o["worst_step"] = c.worst_step;
   o["worst_share"] = num(c.worst_share);
@@ -566,6 +569,8 @@ CastLossRecord cast_loss_from_json(const json& j, const std::string& where) {
   c.underflow = o.int64("underflow");
   c.overflow = o.int64("overflow");
   c.subnormal = o.int64_or("subnormal", 0);
+  c.source_sq = o.number_or("source_sq", 0.0, 0.0);
+  c.lost_sq = o.number_or("lost_sq", 0.0, 0.0);
   c.first_step = o.int64_or("first_step", -1);
   c.worst_step = o.int64_or("worst_step", -1);
   c.worst_share = o.number_or("worst_share", 0.0, 0.0);

@@ -28,6 +28,10 @@ struct CastLossCounts {
   std::int64_t underflow = 0;  ///< nonzero finite values that became 0
   std::int64_t overflow = 0;   ///< finite values that became +-inf
   std::int64_t subnormal = 0;  ///< nonzero finite values that became subnormal
+  double source_sq = 0.0;      ///< sum of the squared finite source values
+  /// Upper bound (within 4x) of the sum of the squared values that became 0, from the source's
+  /// exponent histogram: sqrt(lost_sq / source_sq) bounds the relative L2 norm lost.
+  double lost_sq = 0.0;
   std::int64_t first_step = -1;  ///< first step with an underflowed or overflowed value
   std::int64_t worst_step = -1;  ///< step of the cast with the largest lost share
   double worst_share = 0.0;      ///< (underflow + overflow) / nonzero of that cast

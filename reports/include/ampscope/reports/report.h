@@ -34,9 +34,13 @@ struct CastLossRecord {
   std::int64_t underflow = 0; ///< became 0
   std::int64_t overflow = 0;  ///< became +-inf
   std::int64_t subnormal = 0; ///< became subnormal
+  double source_sq = 0.0;     ///< sum of the squared finite source values
+  double lost_sq = 0.0;       ///< upper bound of the sum of squares of the values that became 0
   std::int64_t first_step = -1;  ///< first step with a lost value
   std::int64_t worst_step = -1;
   double worst_share = 0.0;   ///< largest (underflow + overflow) / nonzero of one cast
+  /// Upper bound of the relative L2 norm the underflow took away (0..1).
+  double lost_rel_l2() const;
   /// Whether `o` counts the same argument and cast (then add() merges them).
   bool same_cast(const CastLossRecord& o) const {
     return argument == o.argument && arg_index == o.arg_index && source_dtype == o.source_dtype &&
