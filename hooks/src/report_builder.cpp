@@ -84,7 +84,7 @@ reports::CastLossRecord to_cast_loss(const CastLossCounts& c) {
   r.lost_sq = c.lost_sq;
   r.first_step = c.first_step;
   r.worst_step = c.worst_step;
-  r.worst_share = c.worst_share;
+  r.worst_rel_l2 = c.worst_rel_l2;
   return r;
 }
 

@@ -20,8 +20,8 @@ namespace ampscope {
 
 void CastLossCounts::add(const CastLossCounts& o) {
   if (o.first_step >= 0 && (first_step < 0 || o.first_step < first_step)) first_step = o.first_step;
-  if (o.worst_step >= 0 && (worst_step < 0 || o.worst_share > worst_share)) {
-    worst_share = o.worst_share;
+  if (o.worst_step >= 0 && (worst_step < 0 || o.worst_rel_l2 > worst_rel_l2)) {
+    worst_rel_l2 = o.worst_rel_l2;
     worst_step = o.worst_step;
   }
   casts += o.casts;
@@ -122,7 +122,7 @@ CastLossCounts counts_of(const Stats& s, Format f, std::int64_t step) {
   c.lost_sq = lost_sq_bound(s, f, c.underflow);
   const std::int64_t lost = c.underflow + c.overflow;
   c.worst_step = step;
-  c.worst_share = c.nonzero > 0 ? static_cast<double>(lost) / static_cast<double>(c.nonzero) : 0.0;
+  c.worst_rel_l2 = s.sum_sq > 0 ? std::min(1.0, std::sqrt(c.lost_sq / s.sum_sq)) : (c.underflow > 0 ? 1.0 : 0.0);
   if (lost > 0) c.first_step = step;
   return c;
 }
@@ -277,6 +277,9 @@ void check_degenerate(const at::RecordFunction& fn, const OpKey& key,
   const double nonzero =
       static_cast<double>(out.count - out.zeros) / static_cast<double>(out.count);
   if (nonzero > kDegenerateNonzeroShare) return;
+  // A factory (zeros, empty...) has no input to lose: nothing to re-run.
+  if (std::none_of(inputs.begin(), inputs.end(), [](const c10::IValue& v) { return v.isTensor(); }))
+    return;
   DegenerateCounts d;
   d.zero_outputs = 1;
   if (degenerate_checks(key) < kMaxDegenerateChecks) {

@@ -27,8 +27,8 @@ double CastLossRecord::lost_rel_l2() const {
 
 void CastLossRecord::add(const CastLossRecord& o) {
   first_step = earliest(first_step, o.first_step);
-  if (o.worst_share > worst_share || worst_step < 0) {
-    worst_share = o.worst_share;
+  if (o.worst_rel_l2 > worst_rel_l2 || worst_step < 0) {
+    worst_rel_l2 = o.worst_rel_l2;
     worst_step = o.worst_step;
   }
   casts += o.casts;

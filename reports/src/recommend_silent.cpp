@@ -4,7 +4,8 @@
 //                      weights, or the model's own .half()/.to() cast) turned at least
 //                      kCastLossShare of its nonzero finite values into 0 and took away at least
 //                      kCastLossShare of the tensor's L2 norm (tiny values in a tensor of large
-//                      ones, such as softmax tails, are lost harmlessly), or turned any value
+//                      ones, such as softmax tails, are lost harmlessly), or took away at
+//                      least kCastLossHighShare of the norm in one recorded step, or turned any value
 //                      into inf -> pin_fp32 for autocast's casts, fix_model for the model's own
 //                      (a pin cannot undo a cast in the model's code): cast_underflow_<format>
 //                      (high from kCastLossHighShare of the norm), cast_overflow_<format> (high).
@@ -46,6 +47,7 @@ json cast_evidence(const OpRecord& op, const CastLossRecord& c) {
   ev["subnormal"] = c.subnormal;
   ev["share_lost"] = num(share(c.underflow + c.overflow, c.nonzero));
   ev["lost_rel_l2"] = num(c.lost_rel_l2());
+  ev["worst_rel_l2"] = num(c.worst_rel_l2);
   ev["first_step"] = c.first_step;
   ev["worst_step"] = c.worst_step;
   return ev;
@@ -55,13 +57,17 @@ json cast_evidence(const OpRecord& op, const CastLossRecord& c) {
 std::optional<Finding> cast_finding(const Layer& layer, const OpRecord& op, const CastLossRecord& c) {
   const std::string fmt = dtypes::bare(c.target_dtype);
   const bool overflow = c.overflow > 0;
-  const bool underflow = share(c.underflow, c.nonzero) >= kCastLossShare &&
-                         c.lost_rel_l2() >= kCastLossShare;
+  // Material over the run, or in one recorded step (a weight that SGD later lifts out of
+  // float16's underflow still computed nothing until then).
+  const double l2 = std::max(c.lost_rel_l2(), c.worst_rel_l2);
+  const bool underflow =
+      (share(c.underflow, c.nonzero) >= kCastLossShare && c.lost_rel_l2() >= kCastLossShare) ||
+      c.worst_rel_l2 >= kCastLossHighShare;
   if (!overflow && !underflow) return std::nullopt;
   Finding f;
   f.layer = layer.name;
   f.action = c.arg_index < 0 ? "fix_model" : "pin_fp32";
-  f.severity = overflow || c.lost_rel_l2() >= kCastLossHighShare ? "high" : "medium";
+  f.severity = overflow || l2 >= kCastLossHighShare ? "high" : "medium";
   if (underflow) f.reasons.push_back("cast_underflow_" + fmt);
   if (overflow) f.reasons.push_back("cast_overflow_" + fmt);
   f.evidence["cast_loss"] = json::array({cast_evidence(op, c)});

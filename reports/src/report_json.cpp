@@ -136,7 +136,7 @@ ojson cast_loss_to_ojson(const CastLossRecord& c) {
   o["lost_rel_l2"] = num(c.lost_rel_l2());  // derived, not read back
   o["first_step"] = c.first_step;
   o["worst_step"] = c.worst_step;
-  o["worst_share"] = num(c.worst_share);
+  o["worst_rel_l2"] = num(c.worst_rel_l2);
   return o;
 }
 
@@ -573,7 +573,7 @@ CastLossRecord cast_loss_from_json(const json& j, const std::string& where) {
   c.lost_sq = o.number_or("lost_sq", 0.0, 0.0);
   c.first_step = o.int64_or("first_step", -1);
   c.worst_step = o.int64_or("worst_step", -1);
-  c.worst_share = o.number_or("worst_share", 0.0, 0.0);
+  c.worst_rel_l2 = o.number_or("worst_rel_l2", 0.0, 0.0);
   check_counts({c.casts, c.values, c.nonzero, c.underflow, c.overflow, c.subnormal}, where);
   return c;
 }

@@ -33,8 +33,8 @@ struct CastLossCounts {
   /// exponent histogram: sqrt(lost_sq / source_sq) bounds the relative L2 norm lost.
   double lost_sq = 0.0;
   std::int64_t first_step = -1;  ///< first step with an underflowed or overflowed value
-  std::int64_t worst_step = -1;  ///< step of the cast with the largest lost share
-  double worst_share = 0.0;      ///< (underflow + overflow) / nonzero of that cast
+  std::int64_t worst_step = -1;  ///< step of the cast that lost the largest part of its norm
+  double worst_rel_l2 = 0.0;     ///< sqrt(lost_sq / source_sq) of that cast
   /// Adds another record of the same argument.
   void add(const CastLossCounts& o);
 };

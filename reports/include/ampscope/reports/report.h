@@ -38,7 +38,7 @@ struct CastLossRecord {
   double lost_sq = 0.0;       ///< upper bound of the sum of squares of the values that became 0
   std::int64_t first_step = -1;  ///< first step with a lost value
   std::int64_t worst_step = -1;
-  double worst_share = 0.0;   ///< largest (underflow + overflow) / nonzero of one cast
+  double worst_rel_l2 = 0.0;  ///< largest lost relative L2 norm (bound) of one cast
   /// Upper bound of the relative L2 norm the underflow took away (0..1).
   double lost_rel_l2() const;
   /// Whether `o` counts the same argument and cast (then add() merges them).
