@@ -158,9 +158,12 @@ const char* html_js() {
   D.layers.forEach(function (l) {
     l.ops = l.ops.map(function (o) {
       return {op: STR[o[0]], phase: STR[o[1]], calls: o[2], in: STR[o[3]], comp: STR[o[4]], out: STR[o[5]],
-              autocast: STR[o[6]], casts: o[7], first_step: o[8], last_step: o[9], nff: o[10], s: st(o[11])};
+              autocast: STR[o[6]], casts: o[7], first_step: o[8], last_step: o[9], nff: o[10], s: st(o[11]),
+              closs: o[12] || 0};
     });
-    l.params = l.params.map(function (p) { return {name: p[0], dtype: STR[p[1]], updates: p[2], s: st(p[3])}; });
+    l.params = l.params.map(function (p) {
+      return {name: p[0], dtype: STR[p[1]], updates: p[2], s: st(p[3]), v: p[4] ? st(p[4]) : null};
+    });
   });
   ['activations', 'act_grads', 'param_grads'].forEach(function (k) { D.agg[k] = st(D.agg[k]); });
 
@@ -216,9 +219,9 @@ const char* html_js() {
   // ---- the layer tree -------------------------------------------------------------------
   var L = D.layers.map(function (l, i) {
     var g = {}, a = {i: i, l: l, kids: [], parent: -1, depth: 0, entries: l.ops.length, calls: 0, casts: 0,
-                     nonfinite: 0, origins: 0, absmax: null, comp: {}, advice: D.recs[l.name] || []};
+                     closs: 0, nonfinite: 0, origins: 0, absmax: null, comp: {}, advice: D.recs[l.name] || []};
     l.ops.forEach(function (o) {
-      a.calls += o.calls; a.casts += o.casts; a.origins += o.nff; a.nonfinite += nonfinite(o.s);
+      a.calls += o.calls; a.casts += o.casts; a.closs += o.closs; a.origins += o.nff; a.nonfinite += nonfinite(o.s);
       if (o.phase === 'backward') mergeHist(g, o.s.hist);
       else {
         if (o.s.absmax !== null && (a.absmax === null || o.s.absmax > a.absmax)) a.absmax = o.s.absmax;
@@ -267,10 +270,16 @@ const char* html_js() {
     a.l.params.forEach(function (p) { n += p.s.uf[S.fmt]; });
     return n;
   }
+  function wunder(a) {
+    var n = 0;
+    a.l.params.forEach(function (p) { if (p.v) n += p.v.uf[S.fmt]; });
+    return n;
+  }
   var SORT = {
     name: function (a) { return a.l.name; }, type: function (a) { return a.l.type; },
     entries: function (a) { return a.entries; }, calls: function (a) { return a.calls; },
     comp: function (a) { return a.comp; }, casts: function (a) { return a.casts; },
+    closs: function (a) { return a.closs; }, wunder: wunder,
     nonfinite: function (a) { return a.nonfinite; }, origins: function (a) { return a.origins; },
     absmax: function (a) { return a.absmax === null ? -1 : a.absmax; }, overflow: overflow,
     grad: function (a) { return a.grad ? a.grad[0] : Infinity; }, gunder: gunder,
@@ -310,6 +319,7 @@ const char* html_js() {
     cell(tr, a.l.type, 'ty');
     cell(tr, a.entries, 'n'); cell(tr, compact(a.calls), 'n'); cell(tr, a.comp);
     cell(tr, a.casts, 'n');
+    cell(tr, compact(a.closs), 'n' + (a.closs ? ' nf' : ''));
     cell(tr, compact(a.nonfinite), 'n' + (a.nonfinite ? (a.origins ? ' nf' : ' prop') : ''));
     cell(tr, a.origins, 'n' + (a.origins ? ' nf' : ''));
     cell(tr, num(a.absmax), 'n');
@@ -318,6 +328,8 @@ const char* html_js() {
     cell(tr, a.grad ? p2(a.grad[0]) + ' \u2026 ' + p2(a.grad[1] + 1) : '\u2013', 'n');
     var gu = gunder(a);
     cell(tr, compact(gu), 'n' + (gu ? ' nf' : ''));
+    var wu = wunder(a);
+    cell(tr, compact(wu), 'n' + (wu ? ' nf' : ''));
     var adv = el('td');
     a.advice.forEach(function (x) { adv.appendChild(el('span', 'chip ' + x, x)); });
     tr.appendChild(adv);
@@ -512,6 +524,7 @@ const char* html_js() {
       th.classList.toggle('desc', k === S.key && S.dir === -1);
       if (k === 'overflow') th.textContent = 'Overflow ' + F[S.fmt].short;
       if (k === 'gunder') th.textContent = 'Grad underflow ' + F[S.fmt].short;
+      if (k === 'wunder') th.textContent = 'Weight underflow ' + F[S.fmt].short;
     });
   }
   tbody.addEventListener('click', function (ev) {

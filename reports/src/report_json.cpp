@@ -306,6 +306,7 @@ ojson what_if_to_ojson(const Report& r) {
       fo["verdict"] = what_if_verdict(row, i);
       fo["activations"] = what_if_counts(row.activations[i]);
       fo["gradients"] = what_if_counts(row.gradients[i]);
+      fo["weights"] = what_if_counts(row.weights[i]);
       ro[std::string(format_name(kWhatIfFormats[i]))] = std::move(fo);
     }
     rows.push_back(std::move(ro));
