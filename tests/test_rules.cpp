@@ -623,3 +623,22 @@ TEST(SilentLoss, RecordsSurviveJson) {
   EXPECT_EQ(bp.stale_updates[0].tensor, "exp_avg");
   EXPECT_EQ(bp.stale_updates[0].stale, 40);
 }
+
+TEST(Summary, ParametersShowValueUnderflowAndStaleUpdates) {
+  Layer l = layer("fc1", {});
+  ParamRecord p;
+  p.name = "fc1.weight";
+  p.dtype = "float16";
+  p.grad.count = 1;
+  p.values = Stats{};
+  p.values->count = 200;
+  p.values->underflow[kE4M3] = 50;  // 25% of the 200 nonzero values
+  p.stale_updates = {StaleUpdateRecord{"value", "float16", 2, 100, 90, 1, 0.9}};
+  l.params = {p};
+  const std::string s = render_summary(run("float16", {l}), SummaryOptions{});
+  EXPECT_NE(s.find("STALE UPDATES"), std::string::npos) << s;
+  const auto row = s.substr(s.find("fc1.weight"));
+  EXPECT_NE(row.find("0%"), std::string::npos) << row;   // float16: none
+  EXPECT_NE(row.find("25%"), std::string::npos) << row;  // e4m3
+  EXPECT_NE(row.find("90%"), std::string::npos) << row;  // stale
+}

@@ -94,22 +94,24 @@ void add_silent_loss(const SilentLossEntry& e, reports::OpRecord& r) {
     if (c.underflow + c.overflow + c.subnormal > 0) r.cast_loss.push_back(to_cast_loss(c));
   const DegenerateCounts& d = e.degenerate;
   if (d.zero_outputs > 0) {
-    r.degenerate = reports::DegenerateRecord{d.zero_outputs, d.checked,         d.degenerate,
-                                             d.first_step,   d.min_nonzero_share, d.max_rel_err,
-                                             d.fp32_absmax};
+    r.degenerate =
+        reports::DegenerateRecord{d.zero_outputs,      d.checked,     d.degenerate, d.first_step,
+                                  d.min_nonzero_share, d.max_rel_err, d.fp32_absmax};
   }
 }
 
 /// Parameter values and stale updates onto the parameter records of the same name; a watched
 /// parameter without a gradient record gets one in the layer that owns it.
-void add_param_watch(const std::vector<ParamWatchInfo>& watch, std::vector<reports::Layer>& layers) {
+void add_param_watch(const std::vector<ParamWatchInfo>& watch,
+                     std::vector<reports::Layer>& layers) {
   std::unordered_map<std::string, reports::ParamRecord*> by_name;
   for (auto& l : layers)
     for (auto& p : l.params) by_name.emplace(p.name, &p);
   for (const auto& w : watch) {
     reports::ParamRecord* p = by_name.count(w.name) ? by_name[w.name] : nullptr;
     if (!p) {
-      auto it = std::find_if(layers.begin(), layers.end(), [&](const auto& l) { return l.name == w.layer; });
+      auto it = std::find_if(layers.begin(), layers.end(),
+                             [&](const auto& l) { return l.name == w.layer; });
       if (it == layers.end()) continue;  // not an attached layer's parameter
       reports::ParamRecord rec;
       rec.name = w.name;
@@ -168,7 +170,8 @@ reports::Report build_report(const ObserverSnapshot& snap, const RunRecords& rec
     auto id = static_cast<std::size_t>(key.layer);
     if (id >= by_id.size()) id = kOutsideLayerId;
     by_id[id].ops.push_back(to_record(key, agg, snap.op_names));
-    if (auto it = silent.find(key); it != silent.end()) add_silent_loss(*it->second, by_id[id].ops.back());
+    if (auto it = silent.find(key); it != silent.end())
+      add_silent_loss(*it->second, by_id[id].ops.back());
   }
   for (const auto& p : params) {
     auto id = static_cast<std::size_t>(p.layer) < by_id.size() ? p.layer : kOutsideLayerId;
@@ -198,10 +201,11 @@ reports::Report build_report(const ObserverSnapshot& snap, const RunRecords& rec
 
   if (snap.first_nonfinite) report.first_nonfinite = to_event(*snap.first_nonfinite, layers);
   if (snap.scaler_caught) {
-    report.scaler_caught = reports::ScalerCaught{snap.scaler_caught_steps,
-                                                 to_event(*snap.scaler_caught, layers)};
+    report.scaler_caught =
+        reports::ScalerCaught{snap.scaler_caught_steps, to_event(*snap.scaler_caught, layers)};
   }
-  for (const auto& ls : snap.loss_scale) report.loss_scale.push_back({ls.step, ls.scale, ls.found_inf});
+  for (const auto& ls : snap.loss_scale)
+    report.loss_scale.push_back({ls.step, ls.scale, ls.found_inf});
   return report;
 }
 

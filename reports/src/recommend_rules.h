@@ -4,7 +4,6 @@
 #include <ampscope/reports/report.h>
 
 #include <nlohmann/json.hpp>
-
 #include <string>
 #include <vector>
 

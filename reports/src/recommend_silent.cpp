@@ -5,9 +5,9 @@
 //                      kCastLossShare of its nonzero finite values into 0 and took away at least
 //                      kCastLossShare of the tensor's L2 norm (tiny values in a tensor of large
 //                      ones, such as softmax tails, are lost harmlessly), or took away at
-//                      least kCastLossHighShare of the norm in one recorded step, or turned any value
-//                      into inf -> pin_fp32 for autocast's casts, fix_model for the model's own
-//                      (a pin cannot undo a cast in the model's code): cast_underflow_<format>
+//                      least kCastLossHighShare of the norm in one recorded step, or turned any
+//                      value into inf -> pin_fp32 for autocast's casts, fix_model for the model's
+//                      own (a pin cannot undo a cast in the model's code): cast_underflow_<format>
 //                      (high from kCastLossHighShare of the norm), cast_overflow_<format> (high).
 //   degenerate_output_rule  a low-precision op's output was (almost) all zeros while its
 //                      float32 re-run was not (silent_loss.h: kDegenerateNonzeroShare,
@@ -54,7 +54,8 @@ json cast_evidence(const OpRecord& op, const CastLossRecord& c) {
 }
 
 /// The finding of one cast record, or none when what it lost is immaterial.
-std::optional<Finding> cast_finding(const Layer& layer, const OpRecord& op, const CastLossRecord& c) {
+std::optional<Finding> cast_finding(const Layer& layer, const OpRecord& op,
+                                    const CastLossRecord& c) {
   const std::string fmt = dtypes::bare(c.target_dtype);
   const bool overflow = c.overflow > 0;
   // Material over the run, or in one recorded step (a weight that SGD later lifts out of
