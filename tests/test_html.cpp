@@ -181,7 +181,15 @@ void expect_stats_match(const json& j, const Stats& s, const std::string& where)
 // ----------------------------------------------------------------------------- data block
 
 TEST(HtmlData, MatchesTheReportItCameFrom) {
-  const Report r = nan_report();
+  Report r = nan_report();
+  // silent-loss records: a cast that lost values, and one parameter's values
+  CastLossRecord lost;
+  lost.underflow = 5;
+  lost.overflow = 2;
+  for (Layer& l : r.layers)
+    if (!l.ops.empty()) l.ops.front().cast_loss = {lost, lost};
+  for (Layer& l : r.layers)
+    for (ParamRecord& p : l.params) p.values = p.grad;
   const json d = data_of(render_html(r));
   auto str = [&](const json& i) { return d["strs"].at(i.get<std::size_t>()).get<std::string>(); };
   EXPECT_EQ(d["schema"], "ampscope.html-data/1");
@@ -196,7 +204,7 @@ TEST(HtmlData, MatchesTheReportItCameFrom) {
     for (std::size_t k = 0; k < l.ops.size(); ++k) {
       const OpRecord& o = l.ops[k];
       const json& jo = jl["ops"][k];
-      ASSERT_EQ(jo.size(), 12u);
+      ASSERT_EQ(jo.size(), 13u);
       EXPECT_EQ(str(jo[0]), o.op);
       EXPECT_EQ(str(jo[1]), o.phase);
       EXPECT_EQ(jo[2], o.calls);
@@ -209,6 +217,9 @@ TEST(HtmlData, MatchesTheReportItCameFrom) {
       EXPECT_EQ(jo[9], o.last_step);
       EXPECT_EQ(jo[10], o.nonfinite_from_finite);
       expect_stats_match(jo[11], o.stats, l.name + "/" + o.op);
+      std::int64_t cast_lost = 0;
+      for (const auto& c : o.cast_loss) cast_lost += c.underflow + c.overflow;
+      EXPECT_EQ(jo[12], cast_lost);
     }
     ASSERT_EQ(jl["params"].size(), l.params.size());
     for (std::size_t k = 0; k < l.params.size(); ++k) {
@@ -217,6 +228,7 @@ TEST(HtmlData, MatchesTheReportItCameFrom) {
       EXPECT_EQ(str(jp[1]), l.params[k].dtype);
       EXPECT_EQ(jp[2], l.params[k].updates);
       expect_stats_match(jp[3], l.params[k].grad, l.params[k].name);
+      expect_stats_match(jp[4], *l.params[k].values, l.params[k].name + " values");
     }
   }
   ASSERT_TRUE(d["first_nonfinite"].is_object());

@@ -459,3 +459,186 @@ TEST(Summary, NewFindingsShowTheirEvidence) {
             std::string::npos) << s;
   EXPECT_NE(s.find("x2/step, overflow ~step 13"), std::string::npos) << s;
 }
+
+// --- silent precision loss: cast_underflow / cast_overflow, degenerate_output, stale_updates
+namespace {
+
+/// A float32 source of `normal` values in binade `normal_exp` and `tiny` values in binade -30
+/// (below float16's rounding-to-zero threshold 2^-25), cast to float16 `casts` times.
+CastLossRecord fp16_cast(std::int64_t normal, int normal_exp, std::int64_t tiny, int arg_index) {
+  CastLossRecord c;
+  c.argument = arg_index < 0 ? "self" : "weight";
+  c.arg_index = arg_index;
+  c.source_dtype = "float32";
+  c.target_dtype = "float16";
+  c.casts = 1;
+  c.values = c.nonzero = normal + tiny;
+  c.underflow = tiny;
+  // squares at the top of each binade, as the observer bounds them
+  c.source_sq = static_cast<double>(normal) * std::exp2(2 * (normal_exp + 1)) +
+                static_cast<double>(tiny) * std::exp2(2 * -29);
+  c.lost_sq = static_cast<double>(tiny) * std::exp2(2 * -29);
+  c.worst_rel_l2 = c.lost_rel_l2();
+  c.worst_step = c.first_step = tiny > 0 ? 0 : -1;
+  return c;
+}
+
+}  // namespace
+
+TEST(CastLoss, AWeightThatVanishesIsAHighPin) {
+  OpRecord o = op("aten::conv2d", "forward", "float16");
+  o.cast_loss = {fp16_cast(0, 0, 400, 1)};
+  auto recs = recommend(run("float16", {layer("conv", {o})}));
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].action, "pin_fp32");
+  EXPECT_EQ(recs[0].severity, "high");
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"cast_underflow_float16"});
+  const auto& ev = recs[0].evidence["cast_loss"][0];
+  EXPECT_EQ(ev["argument"], "weight");
+  EXPECT_EQ(ev["cast"], "autocast");
+  EXPECT_DOUBLE_EQ(ev["share_lost"].get<double>(), 1.0);
+}
+
+TEST(CastLoss, TinyValuesBesideLargeOnesAreNoLoss) {
+  // softmax tails: 40% of the values underflow, but they carry ~2^-21 of the norm
+  OpRecord o = op("aten::matmul", "forward", "float16");
+  o.cast_loss = {fp16_cast(600, -8, 400, 0)};
+  EXPECT_LT(o.cast_loss[0].lost_rel_l2(), 1e-5);
+  EXPECT_TRUE(recommend(run("float16", {layer("attn", {o})})).empty());
+}
+
+TEST(CastLoss, MaterialShareBoundsTheFinding) {
+  // a third of the values, 0.58 of the norm: high; 0.5% of the values: nothing
+  OpRecord o = op("aten::linear", "forward", "float16");
+  o.cast_loss = {fp16_cast(20, -30, 10, 0)};  // normal_exp -30: the "normal" ones are as tiny
+  o.cast_loss[0].underflow = 10;
+  o.cast_loss[0].lost_sq = 10 * std::exp2(-58);
+  o.cast_loss[0].source_sq = 30 * std::exp2(-58);
+  o.cast_loss[0].worst_rel_l2 = o.cast_loss[0].lost_rel_l2();  // sqrt(1/3) = 0.577
+  auto recs = recommend(run("float16", {layer("l", {o})}));
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].severity, "high");  // 0.577 of the norm
+  o.cast_loss = {fp16_cast(0, 0, 0, 0)};
+  o.cast_loss[0].values = o.cast_loss[0].nonzero = 2000;
+  o.cast_loss[0].underflow = 10;  // 0.5% of the values
+  o.cast_loss[0].source_sq = 1.0;
+  o.cast_loss[0].lost_sq = 0.5;
+  EXPECT_TRUE(recommend(run("float16", {layer("l", {o})})).empty());
+}
+
+TEST(CastLoss, TheModelsOwnCastIsFixModelAndOverflowIsHigh) {
+  OpRecord cast = op("aten::to", "forward", "float16");
+  cast.cast_loss = {fp16_cast(0, 0, 50, -1)};
+  OpRecord lin = op("aten::linear", "forward", "float16");
+  lin.cast_loss = {fp16_cast(100, 0, 0, 0)};
+  lin.cast_loss[0].overflow = 1;
+  auto recs = recommend(run("float16", {layer("a", {cast}), layer("b", {lin})}));
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_EQ(recs[0].layer, "a");
+  EXPECT_EQ(recs[0].action, "fix_model");
+  EXPECT_EQ(recs[1].layer, "b");
+  EXPECT_EQ(recs[1].action, "pin_fp32");
+  EXPECT_EQ(recs[1].severity, "high");
+  EXPECT_EQ(recs[1].reasons, std::vector<std::string>{"cast_overflow_float16"});
+}
+
+TEST(CastLoss, BackwardCastsAreLeftToLossScaling) {
+  OpRecord o = op("MmBackward0", "backward", "float16");
+  o.cast_loss = {fp16_cast(0, 0, 400, 0)};
+  EXPECT_TRUE(recommend(run("float16", {layer("l", {o})})).empty());
+}
+
+TEST(DegenerateOutput, AZeroOutputWhoseFloat32RunIsNotIsAHighPin) {
+  OpRecord o = op("aten::conv2d", "forward", "float16");
+  o.degenerate = DegenerateRecord{3, 3, 0, -1, 1.0, 0.0, 0.0};
+  EXPECT_TRUE(recommend(run("float16", {layer("c", {o})})).empty());  // float32 was zero too
+  o.degenerate = DegenerateRecord{3, 3, 2, 4, 0.0, 1.0, 2e-9};
+  auto recs = recommend(run("float16", {layer("c", {o})}));
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].action, "pin_fp32");
+  EXPECT_EQ(recs[0].severity, "high");
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"degenerate_output_float16"});
+  EXPECT_EQ(recs[0].evidence["degenerate"][0]["first_step"], 4);
+}
+
+TEST(StaleUpdates, ShareOfDueUpdatesRoundedAwayNamesMasterWeights) {
+  auto with_stale = [](std::int64_t stale) {
+    Layer l = layer("fc1", {});
+    ParamRecord p;
+    p.name = "fc1.weight";
+    p.dtype = "bfloat16";
+    p.stale_updates = {StaleUpdateRecord{"value", "bfloat16", 3, 1000, stale, 2, 0.0}};
+    l.params = {p};
+    return recommend(run("", {l}));
+  };
+  EXPECT_TRUE(with_stale(50).empty());  // 5%: below kStaleUpdateShare
+  auto medium = with_stale(200);
+  ASSERT_EQ(medium.size(), 1u);
+  EXPECT_EQ(medium[0].action, "fp32_master_weights");
+  EXPECT_EQ(medium[0].severity, "medium");
+  EXPECT_EQ(medium[0].reasons, std::vector<std::string>{"stale_updates_bfloat16"});
+  EXPECT_EQ(with_stale(998)[0].severity, "high");
+}
+
+TEST(PrecisionLoss, AReRunThatDiffersCompletelyIsHigh) {
+  OpRecord o = op("aten::conv2d", "forward", "float16");
+  o.shadow.checks = 1;
+  o.shadow.max_rel_err = 1.0;
+  o.shadow.min_cosine = 0.0;
+  auto recs = recommend(run("float16", {layer("c", {o})}));
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].severity, "high");
+}
+
+TEST(SilentLoss, RecordsSurviveJson) {
+  OpRecord o = op("aten::conv2d", "forward", "float16");
+  o.cast_loss = {fp16_cast(10, -3, 30, 1)};
+  o.cast_loss[0].parameter = true;
+  o.cast_loss[0].subnormal = 7;
+  o.degenerate = DegenerateRecord{3, 2, 1, 4, 0.005, 0.9, 2e-9};
+  Layer l = layer("c", {o});
+  ParamRecord p;
+  p.name = "c.weight";
+  p.dtype = "float16";
+  p.values = Stats{};
+  p.values->count = 12;
+  p.values->underflow[kE4M3] = 5;
+  p.stale_updates = {StaleUpdateRecord{"exp_avg", "float16", 3, 100, 40, 1, 0.5}};
+  l.params = {p};
+  Report back = report_from_json(report_to_json(run("float16", {l})));
+  const OpRecord& b = back.layers[0].ops[0];
+  ASSERT_EQ(b.cast_loss.size(), 1u);
+  EXPECT_TRUE(b.cast_loss[0].same_cast(o.cast_loss[0]));
+  EXPECT_EQ(b.cast_loss[0].underflow, 30);
+  EXPECT_EQ(b.cast_loss[0].subnormal, 7);
+  EXPECT_TRUE(b.cast_loss[0].parameter);
+  EXPECT_DOUBLE_EQ(b.cast_loss[0].lost_rel_l2(), o.cast_loss[0].lost_rel_l2());
+  ASSERT_TRUE(b.degenerate.has_value());
+  EXPECT_EQ(b.degenerate->degenerate, 1);
+  EXPECT_DOUBLE_EQ(b.degenerate->fp32_absmax, 2e-9);
+  const ParamRecord& bp = back.layers[0].params[0];
+  ASSERT_TRUE(bp.values.has_value());
+  EXPECT_EQ(bp.values->underflow[kE4M3], 5);
+  ASSERT_EQ(bp.stale_updates.size(), 1u);
+  EXPECT_EQ(bp.stale_updates[0].tensor, "exp_avg");
+  EXPECT_EQ(bp.stale_updates[0].stale, 40);
+}
+
+TEST(Summary, ParametersShowValueUnderflowAndStaleUpdates) {
+  Layer l = layer("fc1", {});
+  ParamRecord p;
+  p.name = "fc1.weight";
+  p.dtype = "float16";
+  p.grad.count = 1;
+  p.values = Stats{};
+  p.values->count = 200;
+  p.values->underflow[kE4M3] = 50;  // 25% of the 200 nonzero values
+  p.stale_updates = {StaleUpdateRecord{"value", "float16", 2, 100, 90, 1, 0.9}};
+  l.params = {p};
+  const std::string s = render_summary(run("float16", {l}), SummaryOptions{});
+  EXPECT_NE(s.find("STALE UPDATES"), std::string::npos) << s;
+  const auto row = s.substr(s.find("fc1.weight"));
+  EXPECT_NE(row.find("0%"), std::string::npos) << row;   // float16: none
+  EXPECT_NE(row.find("25%"), std::string::npos) << row;  // e4m3
+  EXPECT_NE(row.find("90%"), std::string::npos) << row;  // stale
+}

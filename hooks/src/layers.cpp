@@ -35,6 +35,7 @@ struct GradTarget final : DeviceStatsTarget {
 struct HookedParam {
   at::Tensor tensor;
   unsigned hook;
+  std::shared_ptr<ParamSlot> slot;
 };
 
 /// The process-wide layer registry. Layer ids index `layers`.
@@ -125,7 +126,7 @@ void hook_parameter(Registry& r, at::Tensor param, const std::string& name, Laye
   if (!param.requires_grad()) return;
   Observer::name_param(param.unsafeGetTensorImpl(), layer);  // AccumulateGrad -> this layer
   unsigned hook = param.register_hook([slot](const at::Tensor& grad) { record_into(*slot, grad); });
-  r.hooks.push_back({param, hook});
+  r.hooks.push_back({param, hook, slot});
 }
 
 }  // namespace
@@ -295,6 +296,21 @@ const at::Tensor& LayerScope::returns(const at::Tensor& t) const {
 LayerScope::~LayerScope() {
   while (!autocast_off_.empty()) autocast_off_.pop_back();  // innermost first
   if (pushed_) Observer::pop_layer();
+}
+
+bool attached_param(const at::Tensor& param, std::string* name, std::string* layer,
+                    std::string* layer_type) {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (const auto& h : r.hooks) {
+    if (!h.tensor.is_same(param)) continue;
+    *name = h.slot->info.name;
+    const auto id = static_cast<std::size_t>(h.slot->info.layer);
+    *layer = id < r.layers.size() ? r.layers[id].name : "<outside>";
+    *layer_type = id < r.layers.size() ? r.layers[id].type : "outside";
+    return true;
+  }
+  return false;
 }
 
 }  // namespace ampscope

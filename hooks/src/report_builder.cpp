@@ -1,6 +1,7 @@
 #include "report_builder.h"
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace ampscope {
 namespace {
@@ -66,6 +67,64 @@ reports::NonFiniteEvent to_event(const NonFiniteRecord& f, const std::vector<Lay
   return e;
 }
 
+reports::CastLossRecord to_cast_loss(const CastLossCounts& c) {
+  reports::CastLossRecord r;
+  r.argument = c.argument;
+  r.arg_index = c.arg_index;
+  r.parameter = c.parameter;
+  r.source_dtype = dtype_name(c.source_dtype);
+  r.target_dtype = dtype_name(c.target_dtype);
+  r.casts = c.casts;
+  r.values = c.values;
+  r.nonzero = c.nonzero;
+  r.underflow = c.underflow;
+  r.overflow = c.overflow;
+  r.subnormal = c.subnormal;
+  r.source_sq = c.source_sq;
+  r.lost_sq = c.lost_sq;
+  r.first_step = c.first_step;
+  r.worst_step = c.worst_step;
+  r.worst_rel_l2 = c.worst_rel_l2;
+  return r;
+}
+
+/// The cast-loss and degenerate-output records of `e` onto its op record.
+void add_silent_loss(const SilentLossEntry& e, reports::OpRecord& r) {
+  for (const auto& c : e.casts)
+    if (c.underflow + c.overflow + c.subnormal > 0) r.cast_loss.push_back(to_cast_loss(c));
+  const DegenerateCounts& d = e.degenerate;
+  if (d.zero_outputs > 0) {
+    r.degenerate =
+        reports::DegenerateRecord{d.zero_outputs,      d.checked,     d.degenerate, d.first_step,
+                                  d.min_nonzero_share, d.max_rel_err, d.fp32_absmax};
+  }
+}
+
+/// Parameter values and stale updates onto the parameter records of the same name; a watched
+/// parameter without a gradient record gets one in the layer that owns it.
+void add_param_watch(const std::vector<ParamWatchInfo>& watch,
+                     std::vector<reports::Layer>& layers) {
+  std::unordered_map<std::string, reports::ParamRecord*> by_name;
+  for (auto& l : layers)
+    for (auto& p : l.params) by_name.emplace(p.name, &p);
+  for (const auto& w : watch) {
+    reports::ParamRecord* p = by_name.count(w.name) ? by_name[w.name] : nullptr;
+    if (!p) {
+      auto it = std::find_if(layers.begin(), layers.end(),
+                             [&](const auto& l) { return l.name == w.layer; });
+      if (it == layers.end()) continue;  // not an attached layer's parameter
+      reports::ParamRecord rec;
+      rec.name = w.name;
+      rec.dtype = w.dtype;
+      it->params.push_back(std::move(rec));
+      p = &it->params.back();
+      by_name[w.name] = p;
+    }
+    p->values = w.values;
+    p->stale_updates = w.stale;
+  }
+}
+
 int phase_order(const std::string& phase) {
   if (phase == "setup") return -1;
   return phase == "forward" ? 0 : phase == "backward" ? 1 : phase == "between" ? 2 : 3;
@@ -73,8 +132,10 @@ int phase_order(const std::string& phase) {
 
 }  // namespace
 
-reports::Report build_report(const ObserverSnapshot& snap, const std::vector<LayerInfo>& layers,
-                             const std::vector<ParamGradInfo>& params, const RunContext& ctx) {
+reports::Report build_report(const ObserverSnapshot& snap, const RunRecords& records,
+                             const RunContext& ctx) {
+  const auto& layers = records.layers;
+  const auto& params = records.params;
   reports::Report report;
   auto& run = report.run;
   run.torch_version = ctx.torch_version;
@@ -103,15 +164,26 @@ reports::Report build_report(const ObserverSnapshot& snap, const std::vector<Lay
     by_id[i].name = layers[i].name;
     by_id[i].type = layers[i].type;
   }
+  std::unordered_map<OpKey, const SilentLossEntry*, OpKeyHash> silent;
+  for (const auto& e : records.silent_loss) silent.emplace(e.key, &e);
   for (const auto& [key, agg] : snap.entries) {
     auto id = static_cast<std::size_t>(key.layer);
     if (id >= by_id.size()) id = kOutsideLayerId;
     by_id[id].ops.push_back(to_record(key, agg, snap.op_names));
+    if (auto it = silent.find(key); it != silent.end())
+      add_silent_loss(*it->second, by_id[id].ops.back());
   }
   for (const auto& p : params) {
     auto id = static_cast<std::size_t>(p.layer) < by_id.size() ? p.layer : kOutsideLayerId;
-    by_id[id].params.push_back({p.name, p.dtype, p.updates, p.grad, p.aliases});
+    reports::ParamRecord rec;
+    rec.name = p.name;
+    rec.dtype = p.dtype;
+    rec.updates = p.updates;
+    rec.grad = p.grad;
+    rec.aliases = p.aliases;
+    by_id[id].params.push_back(std::move(rec));
   }
+  add_param_watch(records.param_watch, by_id);
   for (auto& layer : by_id) {
     std::sort(layer.ops.begin(), layer.ops.end(), [](const auto& a, const auto& b) {
       int pa = phase_order(a.phase), pb = phase_order(b.phase);
@@ -129,10 +201,11 @@ reports::Report build_report(const ObserverSnapshot& snap, const std::vector<Lay
 
   if (snap.first_nonfinite) report.first_nonfinite = to_event(*snap.first_nonfinite, layers);
   if (snap.scaler_caught) {
-    report.scaler_caught = reports::ScalerCaught{snap.scaler_caught_steps,
-                                                 to_event(*snap.scaler_caught, layers)};
+    report.scaler_caught =
+        reports::ScalerCaught{snap.scaler_caught_steps, to_event(*snap.scaler_caught, layers)};
   }
-  for (const auto& ls : snap.loss_scale) report.loss_scale.push_back({ls.step, ls.scale, ls.found_inf});
+  for (const auto& ls : snap.loss_scale)
+    report.loss_scale.push_back({ls.step, ls.scale, ls.found_inf});
   return report;
 }
 

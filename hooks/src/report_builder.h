@@ -1,8 +1,10 @@
-// Observer snapshot + layer registry + parameter records -> the report model. No torch here.
+// Observer snapshot + layer registry + parameter records -> the report model.
 #pragma once
 
 #include <ampscope/hooks/layers.h>
+#include <ampscope/hooks/param_watch.h>
 #include <ampscope/profiler/observer.h>
+#include <ampscope/profiler/silent_loss.h>
 #include <ampscope/reports/report.h>
 
 namespace ampscope {
@@ -21,9 +23,17 @@ struct RunContext {
   reports::Sampling sampling;  ///< what was recorded (every, filters, stats on inputs)
 };
 
+/// What the run recorded besides the observer's entries.
+struct RunRecords {
+  std::vector<LayerInfo> layers;
+  std::vector<ParamGradInfo> params;
+  std::vector<SilentLossEntry> silent_loss;  ///< cast loss and degenerate outputs by entry
+  std::vector<ParamWatchInfo> param_watch;   ///< parameter values and stale updates
+};
+
 /// Groups entries by layer (attached layers in tree order, "<outside>" last, layers with nothing
 /// recorded kept so the tree is whole), ops sorted by phase then name. No recommendations.
-reports::Report build_report(const ObserverSnapshot& snap, const std::vector<LayerInfo>& layers,
-                             const std::vector<ParamGradInfo>& params, const RunContext& ctx);
+reports::Report build_report(const ObserverSnapshot& snap, const RunRecords& records,
+                             const RunContext& ctx);
 
 }  // namespace ampscope

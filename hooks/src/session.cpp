@@ -1,4 +1,5 @@
 #include <ampscope/hooks/grad_scaler.h>
+#include <ampscope/hooks/param_watch.h>
 #include <ampscope/hooks/session.h>
 #include <ampscope/reports/files.h>
 #include <ampscope/reports/html.h>
@@ -73,6 +74,7 @@ void Session::start() {
   o.input_stats = options_.input_stats;
   Observer::start(o);
   reset_param_grads();
+  reset_param_watch();
   running_ = true;
   written_ = false;
   started_ = utc_now_iso();
@@ -94,16 +96,21 @@ void Session::stop() {
 void Session::step() { Observer::mark_step(); }
 
 void Session::optimizer_step(torch::optim::Optimizer& optimizer) {
+  updates_before(watched_params(optimizer));  // updates lost to rounding (issue 13)
   {
     OptimizerScope scope;
     optimizer.step();
   }
+  updates_after();
   Observer::mark_step();
 }
 
 bool Session::optimizer_step(GradScaler& scaler, torch::optim::Optimizer& optimizer) {
+  updates_before(watched_params(optimizer));
   OptimizerScope scope;
   bool stepped = scaler.step(optimizer);
+  if (stepped) updates_after();
+  else updates_before({});  // skipped: nothing was updated
   // Ended before the update: the observer then counts the update's _amp_update_scale_ as the
   // end of this (already ended) step rather than ending another one.
   Observer::mark_step();
@@ -133,7 +140,9 @@ reports::Report Session::report() const {
   ctx.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
   // The snapshot first: it reads CUDA stats back, parameter gradients' included.
   const ObserverSnapshot snap = Observer::snapshot();
-  reports::Report report = build_report(snap, known_layers(), param_grads(), ctx);
+  const RunRecords records{known_layers(), param_grads(), silent_loss_snapshot(),
+                           param_watch_snapshot()};
+  reports::Report report = build_report(snap, records, ctx);
   report.recommendations = reports::recommend(report);
   return report;
 }

@@ -2,6 +2,7 @@
 // loaded into the user's torch process with torch.ops.load_library. No pybind11: every value
 // crossing is a str, int or Tensor, and structured data travels as JSON text.
 #include <ampscope/hooks/layers.h>
+#include <ampscope/hooks/param_watch.h>
 #include <ampscope/hooks/session.h>
 #include <ampscope/profiler/observer.h>
 #include <ampscope/profiler/tensor_stats.h>
@@ -150,6 +151,24 @@ void param_grad(std::string name, std::string layer, std::string layer_type, con
   record_param_grad(name, layer, layer_type, g);
 }
 
+/// The optimizer is about to step (Python's step pre-hook): tensors[i] is parameter params[i]
+/// (or its optimizer state roles[i]) with gradient grads[i]; see updates_before().
+void updates_before_py(std::vector<std::string> params, std::vector<std::string> layers,
+                       std::vector<std::string> types, std::vector<std::string> roles,
+                       std::vector<at::Tensor> tensors, std::vector<at::Tensor> grads) {
+  const std::size_t n = tensors.size();
+  TORCH_CHECK(params.size() == n && layers.size() == n && types.size() == n && roles.size() == n &&
+                  grads.size() == n,
+              "ampscope: updates_before: lists of different lengths");
+  std::vector<WatchedTensor> ws(n);
+  for (std::size_t i = 0; i < n; ++i)
+    ws[i] = {params[i], layers[i], types[i], roles[i], tensors[i], grads[i]};
+  updates_before(std::move(ws));
+}
+
+void updates_after_py() { updates_after(); }
+bool sampling_now() { return Observer::sampling_now(); }
+
 }  // namespace
 }  // namespace ampscope
 
@@ -173,4 +192,9 @@ TORCH_LIBRARY(ampscope, m) {
   m.def("reset_layers() -> ()", &ampscope::reset_layers);
   m.def("param_alias(str name, str alias) -> ()", &ampscope::param_alias);
   m.def("param_grad(str name, str layer, str layer_type, Tensor grad) -> ()", &ampscope::param_grad);
+  m.def("updates_before(str[] params, str[] layers, str[] layer_types, str[] roles, "
+        "Tensor[] tensors, Tensor[] grads) -> ()",
+        &ampscope::updates_before_py);
+  m.def("updates_after() -> ()", &ampscope::updates_after_py);
+  m.def("sampling_now() -> bool", &ampscope::sampling_now);
 }

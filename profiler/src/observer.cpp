@@ -24,6 +24,7 @@
 #include "observer_device.h"
 #include "provenance.h"
 #include "recheck.h"
+#include "silent_loss_hooks.h"
 #include "wrapper_calls.h"
 
 namespace ampscope {
@@ -478,6 +479,9 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     const OpInfo& info = lookup(t, fn);
     if (info.cast) {
       ++top->pending_casts;
+      // what autocast's cast of an input or weight destroys (issue 13)
+      if (top->autocast_candidate && !top->sentinel && !top->info->cast)
+        on_autocast_cast(top, fn.inputs(), top->inputs, top->step);
       return nullptr;
     }
     if (top->autocast_candidate && !top->inner_seen && info.id == top->info->id) {
@@ -832,6 +836,8 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
   } else {
     key = forward_key(call, fn.outputs());
     finish_op(fn, call, t, key, agg);
+    if (!call.sentinel)  // cast loss and degenerate outputs (issue 13)
+      on_top_finished(fn, &call, key, call.inputs, agg.stats, call.info->cast, call.info->inplace, call.step);
   }
   if (call.sentinel) {
     if (!agg.has_nonfinite_counts()) return;
@@ -1019,7 +1025,7 @@ ObserverSnapshot Observer::snapshot() {
   auto& g = detail::global();
   ObserverSnapshot snap;
   detail::device_flush();
-  std::unordered_map<OpKey, OpAggregate, detail::OpKeyHash> merged;
+  std::unordered_map<OpKey, OpAggregate, OpKeyHash> merged;
   {
     std::lock_guard<std::mutex> lock(g.tables_mu);
     for (auto& table : g.tables) {

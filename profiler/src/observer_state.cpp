@@ -94,8 +94,6 @@ void OpAggregate::merge(const OpAggregate& o) {
   for (const auto& [step, v] : o.absmax_by_step) detail::append_series(absmax_by_step, step, v);
 }
 
-namespace detail {
-
 std::size_t OpKeyHash::operator()(const OpKey& k) const noexcept {
   std::uint64_t h = static_cast<std::uint32_t>(k.layer);
   h = h * 0x9E3779B97F4A7C15ull ^ k.op;
@@ -106,6 +104,8 @@ std::size_t OpKeyHash::operator()(const OpKey& k) const noexcept {
        (std::uint64_t(k.autocast) << 32));
   return std::hash<std::uint64_t>{}(h);
 }
+
+namespace detail {
 
 std::uint32_t InternTable::intern(std::string_view name) {
   std::lock_guard<std::mutex> lock(mu_);

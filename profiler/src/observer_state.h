@@ -14,10 +14,6 @@
 
 namespace ampscope::detail {
 
-struct OpKeyHash {
-  std::size_t operator()(const OpKey& k) const noexcept;
-};
-
 /// Op name <-> small id. Ids are never reused within a process.
 class InternTable {
  public:

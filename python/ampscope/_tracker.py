@@ -13,7 +13,7 @@ from torch.nn.modules.module import (register_module_forward_hook,
 from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                    register_optimizer_step_pre_hook)
 
-from . import _core
+from . import _core, _updates
 
 
 def _is_dtensor(t):
@@ -30,6 +30,7 @@ class Tracker:
         self._handles = []
         self._param_hooks = []
         self._params = {}         # id(param) -> qualified name of its first owner (tied: once)
+        self._owners = {}         # id(param) -> (name, layer, layer type) of that owner
         self.root_callbacks = []  # called with (root, names) when a new root is registered
         self.compiled = []        # names of torch.compile'd modules seen (not observed op by op)
         self._sharded = []        # (weakref(param), name, layer, type) of DTensor parameters
@@ -69,6 +70,7 @@ class Tracker:
                 ops.param_alias(owner, full)
                 continue
             self._params[id(param)] = full
+            self._owners[id(param)] = (full, layer, layer_type)
             ops.name_param(param, layer, layer_type)
             if _is_dtensor(param):
                 # FSDP2 assigns a sharded parameter's .grad itself (reduce-scatter), so no hook
@@ -185,6 +187,7 @@ class Tracker:
         self._record_sharded_grads(optimizer)
         _core.ops().optimizer_step_begins()
         self.check_stop()
+        _updates.before_step(self._owners, optimizer)  # updates lost to rounding
         _core.ops().push_phase("optimizer")
 
     def _record_sharded_grads(self, optimizer):
@@ -203,6 +206,7 @@ class Tracker:
 
     def _after_optimizer_step(self, optimizer, args, kwargs):
         _core.ops().pop_phase()
+        _updates.after_step()
         # one training step per step of the first optimizer that steps (several optimizers
         # must not multiply run.steps); none once the script calls ampscope.step()
         if self._manual_steps:

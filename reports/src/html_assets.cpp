@@ -51,7 +51,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .sev-critical{background:var(--red);color:#fff}.sev-high{background:#ffcecb;color:#82071e}
 .sev-medium{background:var(--amber-bg);color:var(--amber)}.sev-low{background:#eaeef2;color:var(--muted)}
 .act{font-weight:700}.act-pin_fp32{color:var(--red)}.act-loss_scaling{color:var(--orange)}
-.act-fix_model{color:var(--violet)}.act-watch{color:var(--amber)}
+.act-fix_model{color:var(--violet)}.act-watch{color:var(--amber)}.act-fp32_master_weights{color:var(--orange)}
 code.code{background:var(--soft);border:1px solid var(--line);border-radius:4px;padding:0 .3em;font-size:.82em;
 white-space:nowrap}
 details summary{cursor:pointer;color:var(--muted);font-size:.85em;margin-top:.2em}
@@ -82,7 +82,7 @@ td.zero{color:#aab1b9}
 .chip{display:inline-block;font-size:.78em;padding:0 .45em;border-radius:8px;margin-right:.2em;background:#eaeef2;
 white-space:nowrap}
 .chip.pin_fp32{background:#ffcecb;color:#82071e}.chip.loss_scaling{background:#fff1e5;color:var(--orange)}
-.chip.fix_model{background:var(--violet-bg);color:var(--violet)}.chip.watch{background:var(--amber-bg);color:var(--amber)}
+.chip.fix_model{background:var(--violet-bg);color:var(--violet)}.chip.watch{background:var(--amber-bg);color:var(--amber)}.chip.fp32_master_weights{background:#fff1e5;color:var(--orange)}
 tr.detail>td{background:#fbfcfd;padding:.6em .9em .9em 2em;border-bottom:2px solid var(--line)}
 table.ops{border-collapse:collapse;font-size:.85em;margin-bottom:.7em;width:auto}
 table.ops th,table.ops td{border-bottom:1px solid var(--line);padding:.2em .5em;text-align:left}
@@ -158,9 +158,12 @@ const char* html_js() {
   D.layers.forEach(function (l) {
     l.ops = l.ops.map(function (o) {
       return {op: STR[o[0]], phase: STR[o[1]], calls: o[2], in: STR[o[3]], comp: STR[o[4]], out: STR[o[5]],
-              autocast: STR[o[6]], casts: o[7], first_step: o[8], last_step: o[9], nff: o[10], s: st(o[11])};
+              autocast: STR[o[6]], casts: o[7], first_step: o[8], last_step: o[9], nff: o[10], s: st(o[11]),
+              closs: o[12] || 0};
     });
-    l.params = l.params.map(function (p) { return {name: p[0], dtype: STR[p[1]], updates: p[2], s: st(p[3])}; });
+    l.params = l.params.map(function (p) {
+      return {name: p[0], dtype: STR[p[1]], updates: p[2], s: st(p[3]), v: p[4] ? st(p[4]) : null};
+    });
   });
   ['activations', 'act_grads', 'param_grads'].forEach(function (k) { D.agg[k] = st(D.agg[k]); });
 
@@ -216,9 +219,9 @@ const char* html_js() {
   // ---- the layer tree -------------------------------------------------------------------
   var L = D.layers.map(function (l, i) {
     var g = {}, a = {i: i, l: l, kids: [], parent: -1, depth: 0, entries: l.ops.length, calls: 0, casts: 0,
-                     nonfinite: 0, origins: 0, absmax: null, comp: {}, advice: D.recs[l.name] || []};
+                     closs: 0, nonfinite: 0, origins: 0, absmax: null, comp: {}, advice: D.recs[l.name] || []};
     l.ops.forEach(function (o) {
-      a.calls += o.calls; a.casts += o.casts; a.origins += o.nff; a.nonfinite += nonfinite(o.s);
+      a.calls += o.calls; a.casts += o.casts; a.closs += o.closs; a.origins += o.nff; a.nonfinite += nonfinite(o.s);
       if (o.phase === 'backward') mergeHist(g, o.s.hist);
       else {
         if (o.s.absmax !== null && (a.absmax === null || o.s.absmax > a.absmax)) a.absmax = o.s.absmax;
@@ -267,10 +270,16 @@ const char* html_js() {
     a.l.params.forEach(function (p) { n += p.s.uf[S.fmt]; });
     return n;
   }
+  function wunder(a) {
+    var n = 0;
+    a.l.params.forEach(function (p) { if (p.v) n += p.v.uf[S.fmt]; });
+    return n;
+  }
   var SORT = {
     name: function (a) { return a.l.name; }, type: function (a) { return a.l.type; },
     entries: function (a) { return a.entries; }, calls: function (a) { return a.calls; },
     comp: function (a) { return a.comp; }, casts: function (a) { return a.casts; },
+    closs: function (a) { return a.closs; }, wunder: wunder,
     nonfinite: function (a) { return a.nonfinite; }, origins: function (a) { return a.origins; },
     absmax: function (a) { return a.absmax === null ? -1 : a.absmax; }, overflow: overflow,
     grad: function (a) { return a.grad ? a.grad[0] : Infinity; }, gunder: gunder,
@@ -310,6 +319,7 @@ const char* html_js() {
     cell(tr, a.l.type, 'ty');
     cell(tr, a.entries, 'n'); cell(tr, compact(a.calls), 'n'); cell(tr, a.comp);
     cell(tr, a.casts, 'n');
+    cell(tr, compact(a.closs), 'n' + (a.closs ? ' nf' : ''));
     cell(tr, compact(a.nonfinite), 'n' + (a.nonfinite ? (a.origins ? ' nf' : ' prop') : ''));
     cell(tr, a.origins, 'n' + (a.origins ? ' nf' : ''));
     cell(tr, num(a.absmax), 'n');
@@ -318,6 +328,8 @@ const char* html_js() {
     cell(tr, a.grad ? p2(a.grad[0]) + ' \u2026 ' + p2(a.grad[1] + 1) : '\u2013', 'n');
     var gu = gunder(a);
     cell(tr, compact(gu), 'n' + (gu ? ' nf' : ''));
+    var wu = wunder(a);
+    cell(tr, compact(wu), 'n' + (wu ? ' nf' : ''));
     var adv = el('td');
     a.advice.forEach(function (x) { adv.appendChild(el('span', 'chip ' + x, x)); });
     tr.appendChild(adv);
@@ -512,6 +524,7 @@ const char* html_js() {
       th.classList.toggle('desc', k === S.key && S.dir === -1);
       if (k === 'overflow') th.textContent = 'Overflow ' + F[S.fmt].short;
       if (k === 'gunder') th.textContent = 'Grad underflow ' + F[S.fmt].short;
+      if (k === 'wunder') th.textContent = 'Weight underflow ' + F[S.fmt].short;
     });
   }
   tbody.addEventListener('click', function (ev) {

@@ -355,7 +355,8 @@ std::string what_if_row(const WhatIfRow& row) {
   for (std::size_t i = 0; i < kWhatIfFormats.size(); ++i) {
     const std::string v = what_if_verdict(row, i);
     s += "<td>" + (v.empty() ? std::string("–") : "<b class=\"wv wv-" + v + "\">" + v + "</b>") +
-         counts_line("act", row.activations[i]) + counts_line("grad", row.gradients[i]) + "</td>";
+         counts_line("act", row.activations[i]) + counts_line("grad", row.gradients[i]) +
+         (row.weights[i].values ? counts_line("wt", row.weights[i]) : std::string()) + "</td>";
   }
   return s + "</tr>\n";
 }
@@ -382,7 +383,8 @@ void what_if_section(const Report& r, std::string& out) {
   out +=
       "<section id=\"what-if\"><h2>What if: other formats</h2>\n<p class=\"hint\">Per layer, what "
       "its "
-      "recorded forward outputs (act) and gradients (grad) would do if stored in each format: "
+      "recorded forward outputs (act), gradients (grad) and parameter values (wt, at the last "
+      "recorded optimizer step) would do if stored in each format: "
       "↑ overflow, ↓ underflow to zero, ~ subnormal, / nonzero values checked (exact casts; only "
       "tensors wider than the format count; zero counts left out). <b>underflow</b> means more "
       "than 0.1% become zero.</p>\n";

@@ -88,16 +88,20 @@ json stats_json(const Stats& s) {
 }
 
 json op_json(const OpRecord& op, Strings& str) {
+  std::int64_t cast_lost = 0;
+  for (const CastLossRecord& c : op.cast_loss) cast_lost += c.underflow + c.overflow;
   return json::array({str(op.op), str(op.phase), op.calls, str(op.input_dtype),
                       str(op.compute_dtype), str(op.output_dtype), str(op.autocast), op.casts,
-                      op.first_step, op.last_step, op.nonfinite_from_finite, stats_json(op.stats)});
+                      op.first_step, op.last_step, op.nonfinite_from_finite, stats_json(op.stats),
+                      cast_lost});
 }
 
 json layer_json(const Layer& l, Strings& str) {
   json ops = json::array(), params = json::array();
   for (const OpRecord& op : l.ops) ops.push_back(op_json(op, str));
   for (const ParamRecord& p : l.params)
-    params.push_back(json::array({p.name, str(p.dtype), p.updates, stats_json(p.grad)}));
+    params.push_back(json::array({p.name, str(p.dtype), p.updates, stats_json(p.grad),
+                                  p.values ? stats_json(*p.values) : json(nullptr)}));
   return {
       {"name", l.name}, {"type", l.type}, {"ops", std::move(ops)}, {"params", std::move(params)}};
 }

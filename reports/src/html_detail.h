@@ -32,8 +32,9 @@ namespace ampscope::reports::detail {
 ///   "recs": {"<layer>": ["<action>", ...]},
 ///   "first_nonfinite": EVENT | null, "by_rank": [EVENT, ...] }
 /// OP    = [op*, phase*, calls, input_dtype*, compute_dtype*, output_dtype*, autocast*, casts,
-///          first_step, last_step, nonfinite_from_finite, STATS]          (* index into strs)
-/// PARAM = [name, dtype*, updates, STATS]
+///          first_step, last_step, nonfinite_from_finite, STATS, cast_lost] (* index into strs)
+///         cast_lost: values its arguments' narrowing casts turned into 0 or inf
+/// PARAM = [name, dtype*, updates, STATS (gradients), STATS (values) | null]
 /// STATS = [count, nan, posinf, neginf, zeros, absmax, overflow, underflow, subnormal, lo, bins]
 ///         overflow/underflow/subnormal: [n per format, in the order of "formats"], or 0 when all
 ///         are 0; bins: dense counts of floor(log2|x|) from exponent lo ([] when none)

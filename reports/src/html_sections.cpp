@@ -291,12 +291,14 @@ void layers_section(const Report& r, std::string& out) {
         Col{"entries", "Ops", "distinct op entries"}, Col{"calls", "Calls", "op calls"},
         Col{"comp", "Computes in", "compute dtypes of forward ops"},
         Col{"casts", "Casts", "casts autocast inserted"},
+        Col{"closs", "Cast loss", "values autocast's or the model's narrowing casts turned into 0 or inf"},
         Col{"nonfinite", "NaN/Inf", "non-finite values in outputs and gradients"},
         Col{"origins", "Origins", "calls that made NaN/Inf from finite inputs"},
         Col{"absmax", "Act absmax", "largest finite forward output"},
         Col{"overflow", "Overflow", "values past the selected format's max"},
         Col{"grad", "Grad range", "exponent span of gradients (activation + parameter)"},
         Col{"gunder", "Grad underflow", "gradient values that become 0 in the selected format"},
+        Col{"wunder", "Weight underflow", "parameter values (last recorded step) that become 0 in the selected format"},
         Col{"advice", "Advice", "recommendations for this layer"}}) {
     out += fmt::format("<th data-key=\"{}\" title=\"{}\" tabindex=\"0\">{}</th>", c.key, c.tip,
                        c.label);

@@ -5,12 +5,63 @@
 #include <ampscope/reports/recommend.h>
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 #include <stdexcept>
 #include <tuple>
 
 namespace ampscope::reports {
+
+namespace {
+/// The earliest of two steps, -1 meaning none.
+std::int64_t earliest(std::int64_t a, std::int64_t b) {
+  return a < 0 ? b : b < 0 ? a : std::min(a, b);
+}
+}  // namespace
+
+double CastLossRecord::lost_rel_l2() const {
+  if (!(source_sq > 0.0)) return underflow > 0 ? 1.0 : 0.0;
+  return std::min(1.0, std::sqrt(lost_sq / source_sq));
+}
+
+void CastLossRecord::add(const CastLossRecord& o) {
+  first_step = earliest(first_step, o.first_step);
+  if (o.worst_rel_l2 > worst_rel_l2 || worst_step < 0) {
+    worst_rel_l2 = o.worst_rel_l2;
+    worst_step = o.worst_step;
+  }
+  casts += o.casts;
+  values += o.values;
+  nonzero += o.nonzero;
+  underflow += o.underflow;
+  overflow += o.overflow;
+  subnormal += o.subnormal;
+  source_sq += o.source_sq;
+  lost_sq += o.lost_sq;
+  parameter = parameter || o.parameter;
+}
+
+void DegenerateRecord::add(const DegenerateRecord& o) {
+  first_step = earliest(first_step, o.first_step);
+  zero_outputs += o.zero_outputs;
+  checked += o.checked;
+  degenerate += o.degenerate;
+  min_nonzero_share = std::min(min_nonzero_share, o.min_nonzero_share);
+  max_rel_err = std::max(max_rel_err, o.max_rel_err);
+  fp32_absmax = std::max(fp32_absmax, o.fp32_absmax);
+}
+
+void StaleUpdateRecord::add(const StaleUpdateRecord& o) {
+  if (o.worst_share > worst_share || worst_step < 0) {
+    worst_share = o.worst_share;
+    worst_step = o.worst_step;
+  }
+  steps = std::max(steps, o.steps);  // ranks step together
+  updated += o.updated;
+  stale += o.stale;
+}
+
 namespace {
 
 using OpKey = std::tuple<std::string, std::string, std::string, std::string, std::string, std::string>;
@@ -46,6 +97,24 @@ void merge_counts(OpRecord& into, const OpRecord& op, const std::string& w) {
   into.kernels.merge(op.kernels);
 }
 
+/// Matching records added, the others appended.
+template <typename Rec, typename Same>
+void merge_records(std::vector<Rec>& into, const std::vector<Rec>& from, Same same) {
+  for (const Rec& r : from) {
+    auto it = std::find_if(into.begin(), into.end(), [&](const Rec& q) { return same(q, r); });
+    if (it == into.end()) into.push_back(r);
+    else it->add(r);
+  }
+}
+
+void merge_silent_loss(OpRecord& into, const OpRecord& op) {
+  merge_records(into.cast_loss, op.cast_loss, [](const auto& a, const auto& b) { return a.same_cast(b); });
+  if (op.degenerate) {
+    if (into.degenerate) into.degenerate->add(*op.degenerate);
+    else into.degenerate = op.degenerate;
+  }
+}
+
 void merge_op(OpRecord& into, const OpRecord& op, const std::string& w) {
   merge_counts(into, op, w);
   into.first_step = std::min(into.first_step, op.first_step);
@@ -60,6 +129,7 @@ void merge_op(OpRecord& into, const OpRecord& op, const std::string& w) {
     else into.input_stats = op.input_stats;
   }
   into.shadow.merge(op.shadow);
+  merge_silent_loss(into, op);
   // Per step, the maximum over ranks.
   std::map<std::int64_t, double> series(into.absmax_by_step.begin(), into.absmax_by_step.end());
   for (const auto& [step, v] : op.absmax_by_step) series[step] = std::max(series[step], v);
@@ -76,6 +146,12 @@ void merge_params(Layer& into, const Layer& layer) {
     } else {
       add(it->updates, p.updates, "parameter " + p.name + " updates");
       merge_stats(it->grad, p.grad, "parameter " + p.name + " grad");
+      if (p.values) {
+        if (it->values) merge_stats(*it->values, *p.values, "parameter " + p.name + " values");
+        else it->values = p.values;
+      }
+      merge_records(it->stale_updates, p.stale_updates,
+                    [](const auto& a, const auto& b) { return a.tensor == b.tensor; });
     }
   }
 }

@@ -16,7 +16,8 @@
 //                      from finite inputs and its FP32 re-run was finite (or could not run) ->
 //                      pin_fp32 (high, overflow_<format> | nonfinite_lowp).
 //   precision_loss_rule  --shadow re-checks of an op erred beyond kPrecisionLossRelErr or below
-//                      kPrecisionLossCosine -> pin_fp32 (medium, precision_loss).
+//                      kPrecisionLossCosine -> pin_fp32 (medium, precision_loss; high when the
+//                      re-run differs completely: kShadowLostRelErr / kShadowLostCosine).
 //   headroom_rule      a low-precision op's output absmax is within kHeadroomWarnBinades of the
 //                      format's max, or grows toward it fast enough to get there within as many
 //                      steps again -> watch (medium | low, headroom_<format>).
@@ -24,6 +25,8 @@
 //                      underflow or subnormals in the run's format -> loss_scaling (high,
 //                      grad_underflow_<format>) with a suggested power-of-two scale: the
 //                      largest that keeps the largest gradient a binade below the max.
+//   cast_loss_rule, degenerate_output_rule, stale_updates_rule: silent precision loss, see
+//                      recommend_silent.cpp.
 //   loss_scale_rule    the GradScaler's scale fell below 1, or its last kCollapseRun or more
 //                      updates all found inf after a clean one -> loss_scaling (high,
 //                      loss_scale_collapse).
@@ -41,6 +44,7 @@
 #include <vector>
 
 #include "dtypes.h"
+#include "recommend_rules.h"
 
 namespace ampscope::reports {
 
@@ -54,12 +58,16 @@ int severity_rank(const std::string& severity) {
   return -1;
 }
 
+namespace detail {
+json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+}  // namespace detail
+
 namespace {
+
+using detail::num;
 
 std::string dtype_name(const std::string& d) { return dtypes::bare(d); }
 
-/// A double for evidence: null when not finite.
-json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
 
 /// The largest finite value of a named low-precision format, or null when it is none of them.
 json format_max_of(const std::string& dtype) {
@@ -72,17 +80,6 @@ std::string fp32_recheck_word(const std::optional<bool>& v) {
   if (!v) return "not_run";
   return *v ? "also_nonfinite" : "finite";
 }
-
-/// What one rule proposes; the engine merges findings that share (layer, action).
-struct Finding {
-  std::string layer;
-  std::string action;
-  std::string severity;
-  std::vector<std::string> reasons;
-  json evidence = json::object();
-};
-
-using Findings = std::vector<Finding>;
 
 /// True when the report's first non-finite origin was shown to be non-finite in FP32 too, for
 /// this (layer, op): pinning that op to FP32 cannot help.
@@ -220,7 +217,9 @@ void precision_loss_rule(const Report& r, Findings& out) {
       Finding f;
       f.layer = layer.name;
       f.action = "pin_fp32";
-      f.severity = "medium";
+      // A re-run that differs completely is not a rounding nuance: the layer's result is lost.
+      const bool lost = sh.max_rel_err >= kShadowLostRelErr || sh.min_cosine <= kShadowLostCosine;
+      f.severity = lost ? "high" : "medium";
       f.reasons = {"precision_loss"};
       f.evidence["shadow"] = json::array({std::move(ev)});
       out.push_back(std::move(f));
@@ -525,6 +524,9 @@ std::vector<Recommendation> recommend(const Report& report) {
   headroom_rule(report, findings);
   grad_underflow_rule(report, findings);
   loss_scale_rule(report, findings);
+  cast_loss_rule(report, findings);
+  degenerate_output_rule(report, findings);
+  stale_updates_rule(report, findings);
   return merge(std::move(findings));
 }
 

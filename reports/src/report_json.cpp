@@ -118,6 +118,52 @@ ojson kernels_to_ojson(const KernelSummary& k) {
   return o;
 }
 
+ojson cast_loss_to_ojson(const CastLossRecord& c) {
+  ojson o = ojson::object();
+  o["argument"] = c.argument;
+  o["arg_index"] = c.arg_index;
+  o["parameter"] = c.parameter;
+  o["source_dtype"] = c.source_dtype;
+  o["target_dtype"] = c.target_dtype;
+  o["casts"] = c.casts;
+  o["values"] = c.values;
+  o["nonzero"] = c.nonzero;
+  o["underflow"] = c.underflow;
+  o["overflow"] = c.overflow;
+  o["subnormal"] = c.subnormal;
+  o["source_sq"] = num(c.source_sq);
+  o["lost_sq"] = num(c.lost_sq);
+  o["lost_rel_l2"] = num(c.lost_rel_l2());  // derived, not read back
+  o["first_step"] = c.first_step;
+  o["worst_step"] = c.worst_step;
+  o["worst_rel_l2"] = num(c.worst_rel_l2);
+  return o;
+}
+
+ojson degenerate_to_ojson(const DegenerateRecord& d) {
+  ojson o = ojson::object();
+  o["zero_outputs"] = d.zero_outputs;
+  o["checked"] = d.checked;
+  o["degenerate"] = d.degenerate;
+  o["first_step"] = d.first_step;
+  o["min_nonzero_share"] = num(d.min_nonzero_share);
+  o["max_rel_err"] = num(d.max_rel_err);
+  o["fp32_absmax"] = num(d.fp32_absmax);
+  return o;
+}
+
+ojson stale_to_ojson(const StaleUpdateRecord& s) {
+  ojson o = ojson::object();
+  o["tensor"] = s.tensor;
+  o["dtype"] = s.dtype;
+  o["steps"] = s.steps;
+  o["updated"] = s.updated;
+  o["stale"] = s.stale;
+  o["worst_step"] = s.worst_step;
+  o["worst_share"] = num(s.worst_share);
+  return o;
+}
+
 ojson op_to_ojson(const OpRecord& op) {
   ojson o = ojson::object();
   o["op"] = op.op;
@@ -148,6 +194,12 @@ ojson op_to_ojson(const OpRecord& op) {
     o["shadow"] = std::move(sh);
   }
   if (!op.kernels.empty()) o["kernels"] = kernels_to_ojson(op.kernels);
+  if (!op.cast_loss.empty()) {
+    ojson cl = ojson::array();
+    for (const auto& c : op.cast_loss) cl.push_back(cast_loss_to_ojson(c));
+    o["cast_loss"] = std::move(cl);
+  }
+  if (op.degenerate) o["degenerate_output"] = degenerate_to_ojson(*op.degenerate);
   ojson series = ojson::array();
   for (const auto& [step, absmax] : op.absmax_by_step) series.push_back(ojson::array({step, num(absmax)}));
   o["absmax_by_step"] = std::move(series);
@@ -161,6 +213,12 @@ ojson param_to_ojson(const ParamRecord& p) {
   o["updates"] = p.updates;
   o["grad"] = stats_to_ojson(p.grad);
   if (!p.aliases.empty()) o["aliases"] = p.aliases;
+  if (p.values) o["values"] = stats_to_ojson(*p.values);
+  if (!p.stale_updates.empty()) {
+    ojson st = ojson::array();
+    for (const auto& u : p.stale_updates) st.push_back(stale_to_ojson(u));
+    o["stale_updates"] = std::move(st);
+  }
   return o;
 }
 
@@ -248,6 +306,7 @@ ojson what_if_to_ojson(const Report& r) {
       fo["verdict"] = what_if_verdict(row, i);
       fo["activations"] = what_if_counts(row.activations[i]);
       fo["gradients"] = what_if_counts(row.gradients[i]);
+      fo["weights"] = what_if_counts(row.weights[i]);
       ro[std::string(format_name(kWhatIfFormats[i]))] = std::move(fo);
     }
     rows.push_back(std::move(ro));
@@ -492,6 +551,63 @@ KernelSummary kernels_from_json(const json& j, const std::string& where) {
   return k;
 }
 
+void check_counts(std::initializer_list<std::int64_t> counts, const std::string& where) {
+  for (std::int64_t c : counts)
+    if (c < 0) value_error(where, "negative count");
+}
+
+CastLossRecord cast_loss_from_json(const json& j, const std::string& where) {
+  Obj o(j, where);
+  CastLossRecord c;
+  c.argument = o.str("argument");
+  c.arg_index = o.int32_or("arg_index", -1);
+  c.parameter = o.boolean_or("parameter", false);
+  c.source_dtype = o.str("source_dtype");
+  c.target_dtype = o.str("target_dtype");
+  c.casts = o.int64_or("casts", 0);
+  c.values = o.int64("values");
+  c.nonzero = o.int64("nonzero");
+  c.underflow = o.int64("underflow");
+  c.overflow = o.int64("overflow");
+  c.subnormal = o.int64_or("subnormal", 0);
+  c.source_sq = o.number_or("source_sq", 0.0, 0.0);
+  c.lost_sq = o.number_or("lost_sq", 0.0, 0.0);
+  c.first_step = o.int64_or("first_step", -1);
+  c.worst_step = o.int64_or("worst_step", -1);
+  c.worst_rel_l2 = o.number_or("worst_rel_l2", 0.0, 0.0);
+  check_counts({c.casts, c.values, c.nonzero, c.underflow, c.overflow, c.subnormal}, where);
+  return c;
+}
+
+DegenerateRecord degenerate_from_json(const json& j, const std::string& where) {
+  Obj o(j, where);
+  DegenerateRecord d;
+  d.zero_outputs = o.int64("zero_outputs");
+  d.checked = o.int64_or("checked", 0);
+  d.degenerate = o.int64("degenerate");
+  d.first_step = o.int64_or("first_step", -1);
+  d.min_nonzero_share = o.number_or("min_nonzero_share", 1.0, 1.0);
+  d.max_rel_err = o.number_or("max_rel_err", 0.0, kNaN);
+  d.fp32_absmax = o.number_or("fp32_absmax", 0.0, kNaN);
+  check_counts({d.zero_outputs, d.checked, d.degenerate}, where);
+  return d;
+}
+
+StaleUpdateRecord stale_from_json(const json& j, const std::string& where) {
+  Obj o(j, where);
+  StaleUpdateRecord s;
+  s.tensor = o.str_or("tensor", "value");
+  s.dtype = o.str("dtype");
+  s.steps = o.int64("steps");
+  s.updated = o.int64("updated");
+  s.stale = o.int64("stale");
+  s.worst_step = o.int64_or("worst_step", -1);
+  s.worst_share = o.number_or("worst_share", 0.0, 0.0);
+  check_counts({s.steps, s.updated, s.stale}, where);
+  if (s.stale > s.updated) value_error(o.path("stale"), "more stale than updated elements");
+  return s;
+}
+
 OpRecord op_from_json(const json& j, const std::string& where) {
   Obj o(j, where);
   OpRecord op;
@@ -526,6 +642,12 @@ OpRecord op_from_json(const json& j, const std::string& where) {
     if (op.shadow.checks < 0) value_error(so.path("checks"), "negative count");
   }
   if (const json* k = o.find("kernels"); k && !k->is_null()) op.kernels = kernels_from_json(*k, o.path("kernels"));
+  if (const json* cl = o.array_or_null("cast_loss")) {
+    for (std::size_t i = 0; i < cl->size(); ++i)
+      op.cast_loss.push_back(cast_loss_from_json((*cl)[i], index(o.path("cast_loss"), i)));
+  }
+  if (const json* d = o.find("degenerate_output"); d && !d->is_null())
+    op.degenerate = degenerate_from_json(*d, o.path("degenerate_output"));
   if (const json* series = o.array_or_null("absmax_by_step")) {
     const std::string sw = o.path("absmax_by_step");
     for (std::size_t i = 0; i < series->size(); ++i) {
@@ -549,6 +671,11 @@ ParamRecord param_from_json(const json& j, const std::string& where) {
   if (const json* al = o.array_or_null("aliases")) {
     for (std::size_t i = 0; i < al->size(); ++i)
       p.aliases.push_back(Obj::as_string((*al)[i], index(o.path("aliases"), i)));
+  }
+  if (const json* v = o.find("values"); v && !v->is_null()) p.values = stats_from_json(*v, o.path("values"));
+  if (const json* st = o.array_or_null("stale_updates")) {
+    for (std::size_t i = 0; i < st->size(); ++i)
+      p.stale_updates.push_back(stale_from_json((*st)[i], index(o.path("stale_updates"), i)));
   }
   return p;
 }

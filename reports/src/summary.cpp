@@ -156,11 +156,14 @@ std::string what_if_cell(const WhatIfRow& row, std::size_t i) {
   if (v.empty()) return "-";
   const WhatIfCounts& a = row.activations[i];
   const WhatIfCounts& g = row.gradients[i];
+  const WhatIfCounts& w = row.weights[i];
   if (v == "overflow")
-    return fmt::format("overflow {} (absmax {})", a.overflow + g.overflow, number(std::max(a.absmax, g.absmax)));
+    return fmt::format("overflow {} (absmax {})", a.overflow + g.overflow + w.overflow,
+                       number(std::max({a.absmax, g.absmax, w.absmax})));
   if (v == "underflow") {
-    const double n = static_cast<double>(a.values + g.values);
-    return fmt::format("underflow {:.2g}%", 100.0 * static_cast<double>(a.underflow + g.underflow) / n);
+    const double n = static_cast<double>(a.values + g.values + w.values);
+    return fmt::format("underflow {:.2g}%",
+                       100.0 * static_cast<double>(a.underflow + g.underflow + w.underflow) / n);
   }
   return v;
 }
@@ -193,8 +196,27 @@ void what_if_table(const Report& report, const SummaryOptions& opt, std::string&
   out += fmt::format("  {} of {} layer{} safe in float16\n", safe, rows.size(), rows.size() == 1 ? "" : "s");
 }
 
+/// Share of a parameter's nonzero values that become 0 in `f` ("-" when its values were not read).
+std::string value_underflow(const ParamRecord& p, Format f) {
+  if (!p.values) return "-";
+  const std::int64_t nonzero = p.values->finite() - p.values->zeros;
+  if (nonzero <= 0) return "-";
+  return fmt::format("{:.2g}%", 100.0 * static_cast<double>(p.values->underflow_in(f)) /
+                                    static_cast<double>(nonzero));
+}
+
+/// Share of due updates rounding swallowed ("-" for float32 parameters).
+std::string stale_share(const ParamRecord& p) {
+  std::int64_t updated = 0, stale = 0;
+  for (const auto& s : p.stale_updates)
+    if (s.tensor == "value") updated += s.updated, stale += s.stale;
+  if (updated == 0) return "-";
+  return fmt::format("{:.2g}%", 100.0 * static_cast<double>(stale) / static_cast<double>(updated));
+}
+
 void gradient_ranges(const Report& report, const SummaryOptions& opt, std::string& out) {
-  Table t({"PARAM", "DTYPE", "GRAD ABSMAX", "MIN EXP", "UNDERFLOW FP16", "NON-FINITE"});
+  Table t({"PARAM", "DTYPE", "GRAD ABSMAX", "MIN EXP", "UNDERFLOW FP16", "NON-FINITE",
+           "VALUES->0 FP16", "VALUES->0 E4M3", "STALE UPDATES"});
   std::size_t shown = 0, more = 0;
   for (const Layer& l : report.layers) {
     for (const ParamRecord& p : l.params) {
@@ -207,7 +229,9 @@ void gradient_ranges(const Report& report, const SummaryOptions& opt, std::strin
       t.row({truncate_middle(p.name, kNameWidth), text::short_dtype(p.dtype),
              g.finite() > 0 ? number(g.absmax) : "-",
              g.exp_hist.empty() ? "-" : std::to_string(g.exp_hist.lo()),
-             std::to_string(g.underflow_in(Format::kFloat16)), std::to_string(g.nonfinite())});
+             std::to_string(g.underflow_in(Format::kFloat16)), std::to_string(g.nonfinite()),
+             value_underflow(p, Format::kFloat16), value_underflow(p, Format::kFloat8E4M3FN),
+             stale_share(p)});
     }
   }
   out += "Gradient ranges\n";

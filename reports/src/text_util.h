@@ -195,6 +195,28 @@ inline std::string key_evidence(const Recommendation& rec) {
         get_num(*it, "final_scale", &final_scale))
       add(fmt::format("{} of {} steps skipped, final scale {}", number(skipped), number(updates), number(final_scale)));
   }
+  for (const auto& c : ev.value("cast_loss", nlohmann::json::array())) {
+    double lost = 0, l2 = 0;
+    std::string s = get_str(c, "op") + " " + get_str(c, "cast") + " cast of " + get_str(c, "argument") +
+                    " to " + get_str(c, "target_dtype");
+    if (get_num(c, "share_lost", &lost)) s += fmt::format(": {:.3g}% of nonzero values lost", 100 * lost);
+    if (get_num(c, "lost_rel_l2", &l2)) s += fmt::format(" ({:.3g}% of its norm)", 100 * l2);
+    add(s);
+  }
+  for (const auto& d : ev.value("degenerate", nlohmann::json::array())) {
+    double n = 0, err = 0;
+    std::string s = get_str(d, "op") + " in " + get_str(d, "compute_dtype") + ": output all zeros";
+    if (get_num(d, "degenerate", &n)) s += " in " + number(n) + " re-checked calls";
+    if (get_num(d, "max_rel_err", &err)) s += fmt::format(", float32 differs by {:.3g}", err);
+    add(s);
+  }
+  for (const auto& u : ev.value("stale_updates", nlohmann::json::array())) {
+    double sh = 0;
+    std::string s = get_str(u, "param");
+    if (get_num(u, "share_stale", &sh))
+      s += fmt::format(": {:.3g}% of due updates rounded away in {}", 100 * sh, get_str(u, "dtype"));
+    add(s);
+  }
   for (const char* key : {"headroom", "shadow"}) {
     auto it = ev.find(key);
     if (it == ev.end() || !it->is_array()) continue;

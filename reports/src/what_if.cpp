@@ -26,9 +26,10 @@ std::string verdict_of(const WhatIfCounts& c) {
 }  // namespace
 
 std::string what_if_verdict(const WhatIfRow& row, std::size_t i) {
-  const std::string a = verdict_of(row.activations[i]), g = verdict_of(row.gradients[i]);
+  const std::string a = verdict_of(row.activations[i]), g = verdict_of(row.gradients[i]),
+                    w = verdict_of(row.weights[i]);
   for (const char* v : {"overflow", "underflow", "safe"})
-    if (a == v || g == v) return v;
+    if (a == v || g == v || w == v) return v;
   return "";
 }
 
@@ -49,12 +50,13 @@ std::vector<WhatIfRow> what_if(const Report& report) {
       for (const ParamRecord& p : l.params) {
         if (!dtypes::wider_than(p.dtype, f)) continue;
         add(row.gradients[i], p.grad, f);
+        if (p.values) add(row.weights[i], *p.values, f);
       }
     }
-    const bool any = std::any_of(row.activations.begin(), row.activations.end(),
-                                 [](const WhatIfCounts& c) { return c.values > 0; }) ||
-                     std::any_of(row.gradients.begin(), row.gradients.end(),
-                                 [](const WhatIfCounts& c) { return c.values > 0; });
+    auto checked = [](const std::array<WhatIfCounts, 3>& a) {
+      return std::any_of(a.begin(), a.end(), [](const WhatIfCounts& c) { return c.values > 0; });
+    };
+    const bool any = checked(row.activations) || checked(row.gradients) || checked(row.weights);
     if (any) rows.push_back(std::move(row));
   }
   return rows;

@@ -58,6 +58,10 @@ void record_param_grad(const std::string& name, const std::string& layer,
 void record_param_alias(const std::string& name, const std::string& alias);
 /// Zeroes every gradient record (parameters stay attached).
 void reset_param_grads();
+/// The qualified name, owning layer and its type of an attached parameter; false when `param`
+/// is not one (or does not require grad).
+bool attached_param(const at::Tensor& param, std::string* name, std::string* layer,
+                    std::string* layer_type);
 
 /// Pins the named layers to float32 (precision-map semantics): inside a pinned layer's
 /// LayerScope autocast is off (CPU and CUDA), and ampscope::forward() casts the call's floating

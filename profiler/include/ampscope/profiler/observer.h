@@ -69,6 +69,11 @@ struct OpKey {
   bool operator==(const OpKey& o) const;
 };
 
+/// Hash of an OpKey, for maps keyed by entry.
+struct OpKeyHash {
+  std::size_t operator()(const OpKey& k) const noexcept;
+};
+
 /// Aggregated calls of one key. Memory is bounded: no per-call storage.
 struct OpAggregate {
   std::int64_t calls = 0;

@@ -15,6 +15,19 @@ namespace ampscope::reports {
 inline constexpr double kPrecisionLossRelErr = 0.05;
 /// ... or cosine similarity with the float32 result below this.
 inline constexpr double kPrecisionLossCosine = 0.99;
+/// ... high when the re-run differs completely: rel. error at least this, or cosine at most this.
+inline constexpr double kShadowLostRelErr = 0.5;
+inline constexpr double kShadowLostCosine = 0.5;
+/// cast_underflow_<format> / cast_overflow_<format>: a narrowing cast of an op's argument turned at
+/// least this share of its nonzero finite values into 0 (or any into inf) ...
+inline constexpr double kCastLossShare = 0.01;
+/// ... high (rather than medium) from this share on.
+inline constexpr double kCastLossHighShare = 0.25;
+/// stale_updates_<format>: of a float16/bfloat16 parameter's elements with a nonzero gradient,
+/// at least this share kept its stored value through an optimizer step ...
+inline constexpr double kStaleUpdateShare = 0.1;
+/// ... high from this share on.
+inline constexpr double kStaleUpdateHighShare = 0.5;
 /// headroom_<format>: peak absmax within this many binades (powers of two) of the format's max.
 inline constexpr double kHeadroomWarnBinades = 1.0;
 /// headroom_<format> by trend: growth of at least this many binades per step (fitted over the

@@ -20,6 +20,63 @@ inline constexpr const char* kPrecisionMapSchema = "ampscope.precision_map/1";
 /// Layer name for ops that ran outside every attached module.
 inline constexpr const char* kOutsideLayer = "<outside>";
 
+/// Values that narrowing casts of one argument of an op destroyed (JSON "cast_loss"), counted
+/// on the casts' sources as torch rounds them; recorded steps only, a parameter once per step.
+struct CastLossRecord {
+  std::string argument;       ///< schema name ("input", "weight", "bias", "self", ...)
+  int arg_index = -1;         ///< its position in the op's schema; -1: the op is the cast itself
+  bool parameter = false;     ///< the source was a parameter
+  std::string source_dtype;   ///< e.g. "float32"
+  std::string target_dtype;   ///< e.g. "float16"
+  std::int64_t casts = 0;
+  std::int64_t values = 0;    ///< source elements
+  std::int64_t nonzero = 0;   ///< nonzero finite source values
+  std::int64_t underflow = 0; ///< became 0
+  std::int64_t overflow = 0;  ///< became +-inf
+  std::int64_t subnormal = 0; ///< became subnormal
+  double source_sq = 0.0;     ///< sum of the squared finite source values
+  double lost_sq = 0.0;       ///< upper bound of the sum of squares of the values that became 0
+  std::int64_t first_step = -1;  ///< first step with a lost value
+  std::int64_t worst_step = -1;
+  double worst_rel_l2 = 0.0;  ///< largest lost relative L2 norm (bound) of one cast
+  /// Upper bound of the relative L2 norm the underflow took away (0..1).
+  double lost_rel_l2() const;
+  /// Whether `o` counts the same argument and cast (then add() merges them).
+  bool same_cast(const CastLossRecord& o) const {
+    return argument == o.argument && arg_index == o.arg_index && source_dtype == o.source_dtype &&
+           target_dtype == o.target_dtype;
+  }
+  /// Adds the record of the same cast on another rank.
+  void add(const CastLossRecord& o);
+};
+
+/// Low-precision calls whose output was (almost) all zeros (JSON "degenerate_output"), re-run
+/// in float32 (the first few): degenerate when the float32 result was not.
+struct DegenerateRecord {
+  std::int64_t zero_outputs = 0;
+  std::int64_t checked = 0;
+  std::int64_t degenerate = 0;
+  std::int64_t first_step = -1;
+  double min_nonzero_share = 1.0;  ///< lowest nonzero share of a degenerate output
+  double max_rel_err = 0.0;        ///< worst relative L2 error against the float32 re-run
+  double fp32_absmax = 0.0;        ///< largest |value| the float32 re-runs produced
+  /// Adds the record of the same entry on another rank.
+  void add(const DegenerateRecord& o);
+};
+
+/// Updates of a float16/bfloat16 parameter (or of its optimizer state) lost to rounding.
+struct StaleUpdateRecord {
+  std::string tensor = "value";  ///< "value" or the optimizer state key ("exp_avg", ...)
+  std::string dtype;
+  std::int64_t steps = 0;    ///< optimizer steps compared
+  std::int64_t updated = 0;  ///< elements with a nonzero gradient
+  std::int64_t stale = 0;    ///< ... whose stored value did not change
+  std::int64_t worst_step = -1;
+  double worst_share = 0.0;  ///< largest stale / updated of one step
+  /// Adds the record of the same tensor on another rank.
+  void add(const StaleUpdateRecord& o);
+};
+
 /// One aggregated op entry of a layer, keyed by (op, phase, input, compute, output dtype).
 struct OpRecord {
   std::string op;             ///< "aten::linear", or an autograd node name such as "AddmmBackward0"
@@ -53,6 +110,8 @@ struct OpRecord {
   ShadowSummary shadow;
   /// CUDA kernels and copies these calls ran (CUPTI; empty when not traced), JSON "kernels".
   KernelSummary kernels;
+  std::vector<CastLossRecord> cast_loss;     ///< casts of its arguments that lost values
+  std::optional<DegenerateRecord> degenerate;  ///< near-zero low-precision outputs seen
 };
 
 /// Gradient stats of one parameter, owned by the layer that registers it.
@@ -63,6 +122,9 @@ struct ParamRecord {
   Stats grad;
   /// Other names that reach the same parameter (tied weights): counted once, under `name`.
   std::vector<std::string> aliases;
+  /// Stats of its values at the last recorded optimizer step (representability per format).
+  std::optional<Stats> values;
+  std::vector<StaleUpdateRecord> stale_updates;  ///< float16/bfloat16 storage only
 };
 
 struct Layer {

@@ -32,6 +32,7 @@ struct WhatIfRow {
   std::string layer;
   std::array<WhatIfCounts, 3> activations;  ///< forward outputs, by kWhatIfFormats
   std::array<WhatIfCounts, 3> gradients;    ///< backward incoming gradients and param grads
+  std::array<WhatIfCounts, 3> weights;      ///< parameter values at the last recorded step
 };
 
 /// "overflow" | "underflow" | "safe" | "" (nothing checked) for one format of a row.
