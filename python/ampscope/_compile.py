@@ -117,6 +117,11 @@ def _leaves_module(node, layer, layers):
     return False
 
 
+def _autocast_state():
+    return ",".join(f"{d}={torch.is_autocast_enabled(d)}/{torch.get_autocast_dtype(d)}"
+                    for d in ("cpu", "cuda"))
+
+
 class ObservePass(torch._inductor.custom_graph_pass.CustomGraphPass):
     """The post-grad pass inserting observation points (cacheable: uuid = this file's hash)."""
 
@@ -128,8 +133,11 @@ class ObservePass(torch._inductor.custom_graph_pass.CustomGraphPass):
 
     def uuid(self):
         with open(__file__, "rb") as f:
-            # the layer prefix is state the graph depends on: part of the cache key
-            return hashlib.sha256(f.read()).hexdigest() + ":" + self.prefix()
+            digest = hashlib.sha256(f.read()).hexdigest()
+        # the layer prefix and the ambient autocast state are state the graph depends on. With
+        # torch 2.11 a cached graph traced under bfloat16 autocast was reused under float16
+        # (the cache key misses the ambient autocast dtype), so it is part of this key.
+        return f"{digest}:{self.prefix()}:{_autocast_state()}"
 
     def __call__(self, graph):
         if self.chained is not None:
