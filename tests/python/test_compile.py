@@ -196,3 +196,24 @@ def test_gpt2_compiled_layers_match_eager():
     # every layer whose matmuls eager saw is observed in the compiled graphs, same dtypes
     for key, dtypes in eager.items():
         assert compiled.get(key) == dtypes, key
+
+
+def test_stop_on_nonfinite_stops_after_the_compiled_forward_that_made_it():
+    torch.manual_seed(0)
+    model = Stack()
+    fn = torch.compile(model)
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(1))
+    done = []
+    with pytest.raises(ampscope.NonFiniteStop) as stop:
+        with ampscope.profile(out=None, stop_on_nonfinite=True):
+            for step in range(4):
+                if step == 2:
+                    with torch.no_grad():
+                        model.blocks[1].ffn.wo.weight.mul_(1e6)
+                with torch.autocast("cpu", torch.float16):
+                    y = fn(x)
+                done.append(step)  # not reached at step 2: the stop comes as fn returns
+                y.float().sum().backward()
+                ampscope.step()
+    assert done == [0, 1]
+    assert (stop.value.event["layer"], stop.value.event["step"]) == ("blocks.1.ffn.wo", 2)
