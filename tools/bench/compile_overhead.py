@@ -7,7 +7,7 @@ Rounds alternate between them (interleaved, so machine noise hits both); each ro
 training steps under CPU bfloat16 autocast. Prints the median step time of each, their ratio,
 and the largest difference between their outputs on the same input (before any update).
 
-    PYTHONPATH=build/python python3 tools/bench/compile_overhead.py [--dim 256] [--rounds 7]
+    PYTHONPATH=build/python python3 tools/bench/compile_overhead.py [--dim 256] [--rounds 7] [--every N]
 """
 import argparse
 import copy
@@ -65,6 +65,7 @@ def main():
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--rounds", type=int, default=7)
     p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--every", type=int, default=1, help="ampscope's every (sampled steps)")
     a = p.parse_args()
     torch.manual_seed(0)
     base = torch.nn.Sequential(*[Block(a.dim) for _ in range(a.layers)])
@@ -82,13 +83,13 @@ def main():
     t_plain, t_seen = [], []
     for _ in range(a.rounds):
         t_plain.append(steps(plain, plain_model, x, a.steps))
-        with ampscope.profile(out=None):
+        with ampscope.profile(out=None, every=a.every):
             t_seen.append(steps(seen, seen_model, x, a.steps))
     mp, ms = statistics.median(t_plain), statistics.median(t_seen)
     print(cpu_line())
     print(f"compiled step, unobserved: {mp * 1e3:.2f} ms; observed: {ms * 1e3:.2f} ms; "
           f"ratio {ms / mp:.2f}x (median of {a.rounds} interleaved rounds of {a.steps} steps, "
-          f"d={a.dim}, {a.layers} blocks, batch 8x64, bfloat16 autocast)")
+          f"d={a.dim}, {a.layers} blocks, batch 8x64, bfloat16 autocast, every {a.every})")
     print(f"forward output, observed vs unobserved graph: max |diff| {diff:.3g} "
           f"(output absmax {ref.abs().max().item():.3g})")
 
