@@ -130,8 +130,10 @@ class ObservePass(torch._inductor.custom_graph_pass.CustomGraphPass):
         self.chained = chained    # a user's own post-grad pass, run first
         self.graphs = 0
         self.points = 0
+        self.keyed = 0    # cache keys asked for: graphs compiled or loaded from inductor's cache
 
     def uuid(self):
+        self.keyed += 1
         with open(__file__, "rb") as f:
             digest = hashlib.sha256(f.read()).hexdigest()
         # the layer prefix and the ambient autocast state are state the graph depends on. With
@@ -252,17 +254,19 @@ class CompileObserver:
         """run.notes lines for the compiled modules seen."""
         graphs = self.pass_.graphs if self.pass_ is not None else 0
         points = self.pass_.points if self.pass_ is not None else 0
+        keyed = self.pass_.keyed if self.pass_ is not None else 0
         notes = []
         for name in compiled_names:
-            if graphs == 0:
+            if graphs == 0 and keyed == 0:
                 notes.append(f"{name} runs through torch.compile, but no graph was compiled by "
                              "inductor while ampscope was active (another backend, or compiled "
                              "before profiling started): its fused kernels are not observed op "
                              "by op")
             else:
                 notes.append(
-                    f"{name} runs through torch.compile: observed at {points} points in {graphs} "
-                    "compiled graphs (matmuls, reductions, narrowing casts, module outputs; op "
+                    f"{name} runs through torch.compile: observed at points inserted into its "
+                    f"graphs ({points} points in {graphs} graphs compiled now, the rest loaded "
+                    "from inductor's cache; matmuls, reductions, narrowing casts, module outputs; op "
                     "names are the graph's aten ops). Observed values are materialised, so an "
                     "observed compiled run can round differently from an unobserved one "
                     "(measured on tests/python/test_compile.py's stack: identical outputs over 3 "
