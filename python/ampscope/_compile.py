@@ -263,10 +263,11 @@ class CompileObserver:
                              "before profiling started): its fused kernels are not observed op "
                              "by op")
             else:
+                where = (f"{points} points in {graphs} graphs compiled now" if graphs
+                         else "graphs loaded from inductor's cache")
                 notes.append(
                     f"{name} runs through torch.compile: observed at points inserted into its "
-                    f"graphs ({points} points in {graphs} graphs compiled now, the rest loaded "
-                    "from inductor's cache; matmuls, reductions, narrowing casts, module outputs; op "
+                    f"graphs ({where}; matmuls, reductions, narrowing casts, module outputs; op "
                     "names are the graph's aten ops). Observed values are materialised, so an "
                     "observed compiled run can round differently from an unobserved one "
                     "(measured on tests/python/test_compile.py's stack: identical outputs over 3 "
