@@ -19,6 +19,7 @@
 #include <unordered_set>
 
 #include "observer_state.h"
+#include "compiled_point.h"
 #include "ivalue_tensors.h"
 #include "nonfinite_scan.h"
 #include "observer_device.h"
@@ -118,6 +119,8 @@ struct Call : at::ObserverContext {
   Stats stats;                      ///< backward: incoming gradients, taken at start
   Stats input_stats;                ///< ObserverOptions::input_stats: floating inputs
   std::uint64_t ext_id = 0;         ///< CUPTI external id pushed for this call (0: none)
+  bool point = false;               ///< a compiled graph's observation point
+  AutocastClass point_autocast = AutocastClass::kNone;  ///< what autocast did, from its graph
 };
 
 /// An autograd node whose incoming gradients were finite, remembered under each node its
@@ -161,7 +164,8 @@ ThreadState& thread_state() {
 
 const OpInfo& lookup(ThreadState& t, const at::RecordFunction& fn) {
   const char* name = fn.name();
-  if (fn.scope() == at::RecordScope::FUNCTION) {
+  // (a compiled graph's point names itself through a string RecordFunction copies: by name)
+  if (fn.scope() == at::RecordScope::FUNCTION && current_point() == nullptr) {
     auto it = t.by_pointer.find(name);
     if (it != t.by_pointer.end()) return it->second;
     return t.by_pointer.emplace(name, make_info(fn, name)).first->second;
@@ -275,9 +279,14 @@ void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call)
   auto inputs = fn.inputs();
   c10::DeviceType device = c10::DeviceType::CPU;
   call.input_dtype = floating_dtype(inputs, &device);
+  if (const CompiledPoint* p = current_point()) {  // dtypes as written: the graph's metadata
+    call.point = true;
+    call.input_dtype = p->input_dtype;
+    call.point_autocast = p->autocast;
+  }
   bool has_autocast_kernel = device == c10::DeviceType::CUDA ? call.info->autocast_cuda
                                                               : call.info->autocast_cpu;
-  if (has_autocast_kernel && at::autocast::is_autocast_enabled(device)) {
+  if (!call.point && has_autocast_kernel && at::autocast::is_autocast_enabled(device)) {
     call.autocast_candidate = true;
     call.autocast_dtype = static_cast<std::int8_t>(at::autocast::get_autocast_dtype(device));
   }
@@ -386,6 +395,8 @@ void start_backward_top(ThreadState& t, const at::RecordFunction& fn, Call& call
 /// event of scope FUNCTION; it is not an op. Its context marks it so that its end does not
 /// change the depth either.
 struct EngineWrapper : at::ObserverContext {};
+/// A compiled region (see compiled_point.h): transparent, and its own ATen calls are folded in.
+struct CompiledRegion : EngineWrapper {};
 constexpr std::string_view kEngineWrapperPrefix = "autograd::engine::evaluate_function";
 
 bool is_engine_wrapper(const at::RecordFunction& fn) {
@@ -435,7 +446,11 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   auto& g = global();
   if (!g.running.load(std::memory_order_relaxed)) return nullptr;
   auto& t = thread_state();
-  if (is_engine_wrapper(fn)) return std::make_unique<EngineWrapper>();
+  if (is_engine_wrapper(fn) || is_point_call(fn)) return std::make_unique<EngineWrapper>();
+  if (t.depth == 0 && is_compiled_region(fn)) {
+    ++compiled_regions();
+    return std::make_unique<CompiledRegion>();
+  }
   // A DTensor (or torch.func) call: transparent like the engine's wrapper; its inner call on
   // the local tensors becomes the top-level call.
   if (t.depth == 0 && (is_transparent_record(fn) || is_wrapper_call(fn))) {
@@ -444,6 +459,8 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     return std::make_unique<EngineWrapper>();
   }
   int depth = t.depth++;
+  // inside a compiled graph only its observation points are calls (the rest is its plumbing)
+  if (depth == 0 && compiled_regions() > 0 && current_point() == nullptr) return nullptr;
   std::int64_t step = g.step.load(std::memory_order_relaxed);
   if (depth == 0 && fn.scope() == at::RecordScope::FUNCTION && fn.name()[0] == 'a') {
     if (fn.name() == kUnscale) g.scaler_seen.store(true, std::memory_order_relaxed);
@@ -793,7 +810,7 @@ OpKey forward_key(const Call& call, const std::vector<c10::IValue>& outputs) {
   key.compute_dtype = call.inner_seen && call.inner_dtype >= 0 ? call.inner_dtype
                       : out_float >= 0                         ? out_float
                                                                : call.input_dtype;
-  key.autocast = classify(call, key.compute_dtype);
+  key.autocast = call.point ? call.point_autocast : classify(call, key.compute_dtype);
   return key;
 }
 
@@ -855,7 +872,10 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
 }
 void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   auto& t = thread_state();
-  if (ctx && dynamic_cast<EngineWrapper*>(ctx)) return;
+  if (ctx && dynamic_cast<EngineWrapper*>(ctx)) {
+    if (dynamic_cast<CompiledRegion*>(ctx)) --compiled_regions();
+    return;
+  }
   if (t.depth > 0) --t.depth;
   if (!ctx) return;
   auto* call = static_cast<Call*>(ctx);

@@ -16,6 +16,7 @@ import torch
 
 from . import _core
 from ._pin import MapError, apply_precision_map, load_map  # noqa: F401 (re-exported)
+from ._compile import CompileObserver
 from ._tracker import Tracker
 
 __all__ = ["profile", "step", "tensor_stats", "apply_precision_map", "MapError", "NonFiniteStop",
@@ -155,6 +156,7 @@ class profile:
         self._pid = None
         self._tracker = Tracker(stop=NonFiniteStop if self.stop_on_nonfinite else None)
         self._tracker.root_callbacks.append(self._apply_pins)
+        self._compile = CompileObserver(lambda: self._tracker.compiled_prefix)
 
     def _apply_pins(self, root, names):
         from ._pin import apply_to_names
@@ -202,6 +204,7 @@ class profile:
         if self.model is not None:
             self._tracker.register_root(self.model)
         self._tracker.install()
+        self._compile.install()  # graphs inductor compiles from now on get observation points
         ops.start(self.every, self.shadow, "cpu", "", self.command, json.dumps(self._record))
         _active = self
         return self
@@ -209,9 +212,7 @@ class profile:
     def _run_info(self):
         rank, world = _rank_world()
         notes = []
-        for name in self._tracker.compiled:
-            notes.append(f"{name} runs through torch.compile: its fused kernels are not "
-                         "observed op by op")
+        notes += self._compile.notes(self._tracker.compiled)
         missing = [p for p in self._pins if p not in self.pinned]
         if missing:
             notes.append("precision map names not in the model: " + ", ".join(missing))
@@ -241,6 +242,7 @@ class profile:
         ops = _core.ops()
         ops.stop()
         self._tracker.remove()
+        self._compile.remove()
         _active = None
         if isinstance(exc, NonFiniteStop):
             self.stopped = "nonfinite"

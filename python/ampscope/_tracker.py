@@ -32,7 +32,8 @@ class Tracker:
         self._params = {}         # id(param) -> qualified name of its first owner (tied: once)
         self._owners = {}         # id(param) -> (name, layer, layer type) of that owner
         self.root_callbacks = []  # called with (root, names) when a new root is registered
-        self.compiled = []        # names of torch.compile'd modules seen (not observed op by op)
+        self.compiled = []        # names of torch.compile'd modules seen
+        self.compiled_prefix = ""  # name of the compiled module last entered (for _compile)
         self._sharded = []        # (weakref(param), name, layer, type) of DTensor parameters
         self._step_owner = None   # weakref to the optimizer whose steps end training steps
         self._manual_steps = False    # ampscope.step() marks steps (optimizers no longer do)
@@ -107,7 +108,8 @@ class Tracker:
         seen = {id(module)}
         while True:
             parent = self._owner(module)
-            if parent is None or id(parent) in seen or parent in self._names:
+            # torch.compile's wrapper holds the model as _orig_mod: the model is the root
+            if parent is None or id(parent) in seen or parent in self._names or self._is_compiled(parent):
                 return module
             seen.add(id(parent))
             module = parent
@@ -129,7 +131,7 @@ class Tracker:
         if torch.compiler.is_compiling():
             return  # inside a compiled region: dynamo must not trace ampscope (not observed)
         stack = self._stack()
-        module = self._unwrap_compiled(module)
+        args_module, module = module, self._unwrap_compiled(module)
         name = self._names.get(module)
         if name is None and not stack:
             self.register_root(self._outermost(module))
@@ -137,6 +139,8 @@ class Tracker:
         if name is None:
             stack.append(False)  # built on the fly: stays in its parent's scope
             return
+        if module is not args_module:
+            self.compiled_prefix = name  # its graphs' layer names are relative to it
         _core.ops().push_layer(name, type(module).__name__)
         stack.append(True)
 

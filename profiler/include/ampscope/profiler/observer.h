@@ -147,6 +147,16 @@ struct ObserverSnapshot {
   std::int64_t host_syncs = -1;    ///< synchronising CUDA calls CUPTI saw (-1: not traced)
 };
 
+/// One observation point of a graph that torch.compile's inductor compiled (python/ampscope/
+/// _compile.py inserts them): the node's op and layer, and what autocast did, from the graph.
+struct CompiledPoint {
+  LayerId layer = kOutsideLayerId;
+  std::string op;                ///< the graph node's op, e.g. "aten::addmm"
+  std::int8_t input_dtype = -1;  ///< dtype its floating inputs had before autocast's casts
+  AutocastClass autocast = AutocastClass::kNone;
+  bool module_output = false;    ///< the value leaves its module (a harm check, as eager's)
+};
+
 /// Most loss-scale points a run keeps; older clean updates are thinned beyond it.
 inline constexpr std::size_t kMaxLossScale = 1024;
 
@@ -195,6 +205,13 @@ class Observer {
   /// Pushes/pops a phase override on this thread (e.g. optimizer).
   static void push_phase(Phase p);
   static void pop_phase();
+
+  /// A compiled graph's observation point: `output` recorded as one call of the point's op in
+  /// its layer, through the same path as a dispatcher op (stats, sentinel, provenance, every).
+  /// `deps` are the nearest observed values (or graph inputs) it was computed from: they stand
+  /// for the op's inputs in the non-finite origin check. Thread-safe; no-op when not running.
+  static void record_compiled(const CompiledPoint& point, const at::Tensor& output,
+                              const std::vector<at::Tensor>& deps);
 
   /// Merged copy of everything recorded so far.
   static ObserverSnapshot snapshot();

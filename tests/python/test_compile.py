@@ -1,0 +1,219 @@
+"""torch.compile'd models observed per layer (issue 19): the oracle is ampscope's own eager
+report of the same model and torch's eager outputs. CPU inductor; skipped without its C++
+compiler."""
+import copy
+import shutil
+
+import pytest
+import torch
+
+import ampscope
+
+
+def _inductor_cpu_ok():
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+        get_cpp_compiler()
+    except Exception as e:  # noqa: BLE001 (any failure means no C++ compiler)
+        return f"inductor's C++ compiler is not available: {e}"
+    return None if shutil.which("g++") or shutil.which("c++") or shutil.which("clang++") else \
+        "no C++ compiler on PATH for inductor"
+
+
+_SKIP = _inductor_cpu_ok()
+pytestmark = pytest.mark.skipif(_SKIP is not None, reason=_SKIP or "")
+
+EAGER_MATMUL = {"aten::linear", "aten::matmul", "aten::addmm", "aten::mm", "aten::bmm",
+                "aten::baddbmm", "AddmmBackward0", "MmBackward0", "BmmBackward0"}
+GRAPH_MATMUL = {"aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm"}
+
+
+class FFN(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.wi, self.wo = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        return self.wo(torch.relu(self.wi(x)))
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln, self.attn, self.ffn = torch.nn.LayerNorm(16), torch.nn.Linear(16, 16), FFN()
+
+    def forward(self, x):
+        h = self.attn(self.ln(x))
+        scores = torch.softmax(h @ h.transpose(-1, -2), dim=-1)
+        return x + self.ffn(scores @ h)
+
+
+class Stack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = torch.nn.ModuleList([Block(), Block()])
+        self.ln_f, self.head = torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return self.head(self.ln_f(x))
+
+
+def _train(model, dtype, steps, compiled, plant_at=None, observe=True):
+    """Runs `steps` SGD steps under CPU autocast; returns (report or None, outputs per step)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    fn = torch.compile(model) if compiled else model
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(1))
+    outs = []
+
+    def loop():
+        for step in range(steps):
+            if step == plant_at:  # T5's wo: its output grows past float16's largest value
+                with torch.no_grad():
+                    model.blocks[1].ffn.wo.weight.mul_(1e5)
+            with torch.autocast("cpu", dtype):
+                y = fn(x)
+            outs.append(y.detach().float().clone())
+            y.float().sum().backward()
+            opt.step()
+            opt.zero_grad()
+
+    if not observe:
+        loop()
+        return None, outs
+    with ampscope.profile(out=None) as prof:
+        loop()
+    return prof.report, outs
+
+
+def _matmul_dtypes(report, names):
+    """{(layer, phase): sorted compute dtypes of its matmul entries}."""
+    table = {}
+    for layer in report["layers"]:
+        for op in layer["ops"]:
+            if op["op"] in names:
+                table.setdefault((layer["name"], op["phase"]), set()).add(op["compute_dtype"])
+    return {k: sorted(v) for k, v in table.items()}
+
+
+@pytest.fixture(scope="module")
+def bf16_runs():
+    torch.manual_seed(0)
+    base = Stack()
+    eager, eager_out = _train(copy.deepcopy(base), torch.bfloat16, 2, compiled=False)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    plain, plain_out = _train(copy.deepcopy(base), torch.bfloat16, 2, compiled=True, observe=False)
+    plain_graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    observed, observed_out = _train(copy.deepcopy(base), torch.bfloat16, 2, compiled=True)
+    counters = copy.deepcopy(torch._dynamo.utils.counters)
+    return dict(eager=eager, eager_out=eager_out, plain_out=plain_out, observed=observed,
+                observed_out=observed_out, plain_graphs=plain_graphs, counters=counters)
+
+
+def test_compiled_layers_compute_in_the_eager_dtypes(bf16_runs):
+    eager = _matmul_dtypes(bf16_runs["eager"], EAGER_MATMUL)
+    compiled = _matmul_dtypes(bf16_runs["observed"], GRAPH_MATMUL)
+    assert eager, "the eager run recorded no matmuls"
+    assert compiled == eager  # same layers, forward and backward, same compute dtypes
+    assert ("blocks.0.ffn.wo", "forward") in compiled and ("blocks.0.ffn.wo", "backward") in compiled
+    by_name = {layer["name"]: layer for layer in bf16_runs["observed"]["layers"]}
+    wi = [op for op in by_name["blocks.1.ffn.wi"]["ops"] if op["op"] == "aten::addmm"][0]
+    assert (wi["input_dtype"], wi["compute_dtype"], wi["autocast"]) == \
+        ("float32", "bfloat16", "lower_precision")
+    ln = [op for op in by_name["blocks.0.ln"]["ops"] if op["op"] == "aten::var_mean"]
+    assert ln and ln[0]["compute_dtype"] == "float32" and ln[0]["stats"]["count"] > 0
+    # the graph's own extern calls are folded in, not listed under the root
+    root = by_name.get("", {"ops": []})
+    assert not [op for op in root["ops"] if op["op"] in GRAPH_MATMUL]
+    assert any("observed at" in n for n in bf16_runs["observed"]["run"]["notes"])
+
+
+def test_observation_causes_no_graph_breaks_or_recompiles(bf16_runs):
+    counters = bf16_runs["counters"]
+    assert not counters["graph_break"]
+    assert counters["stats"]["unique_graphs"] == bf16_runs["plain_graphs"]
+
+
+def test_observed_outputs_stay_close_to_unobserved_and_eager(bf16_runs):
+    for plain, observed, eager in zip(bf16_runs["plain_out"], bf16_runs["observed_out"],
+                                      bf16_runs["eager_out"]):
+        # materialised intermediates may round differently: bounded by bfloat16's resolution
+        scale = plain.abs().max().item()
+        assert (observed - plain).abs().max().item() <= 2 ** -7 * scale
+        assert (observed - eager).abs().max().item() <= 2 ** -6 * scale
+
+
+def test_planted_float16_overflow_found_where_eager_finds_it_and_map_removes_it():
+    torch.manual_seed(0)
+    base = Stack()
+    eager, _ = _train(copy.deepcopy(base), torch.float16, 4, compiled=False, plant_at=2)
+    torch._dynamo.reset()
+    compiled, _ = _train(copy.deepcopy(base), torch.float16, 4, compiled=True, plant_at=2)
+    e, c = eager["first_nonfinite"], compiled["first_nonfinite"]
+    assert e is not None and c is not None
+    assert (c["layer"], c["step"], c["phase"], c["kind"]) == (e["layer"], e["step"], e["phase"],
+                                                            e["kind"]) == \
+        ("blocks.1.ffn.wo", 2, "forward", "inf")
+    assert c["op"] == "aten::addmm" and c["inputs_finite"]
+    pins = [r["layer"] for r in compiled["recommendations"] if r["action"] == "pin_fp32"]
+    assert pins == ["blocks.1.ffn.wo"]
+    # the map applied before compiling: dynamo traces the pinned forward (autocast off)
+    torch._dynamo.reset()
+    pinned_model = copy.deepcopy(base)
+    ampscope.apply_precision_map(pinned_model, {"schema": "ampscope.precision_map/1",
+                                                "pin_fp32": pins})
+    pinned, _ = _train(pinned_model, torch.float16, 4, compiled=True, plant_at=2)
+    assert pinned["first_nonfinite"] is None
+    wo = [layer for layer in pinned["layers"] if layer["name"] == "blocks.1.ffn.wo"][0]
+    fwd = [op for op in wo["ops"] if op["op"] == "aten::addmm" and op["phase"] == "forward"]
+    assert fwd and all(op["compute_dtype"] == "float32" for op in fwd)
+
+
+def test_gpt2_compiled_layers_match_eager():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, vocab_size=64, n_positions=16,
+                                     attn_implementation="eager")
+    torch.manual_seed(0)
+    base = transformers.GPT2LMHeadModel(config)
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(2))
+    reports = []
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        model = copy.deepcopy(base)
+        fn = torch.compile(model) if compiled else model
+        with ampscope.profile(out=None) as prof:
+            with torch.autocast("cpu", torch.bfloat16):
+                out = fn(ids, labels=ids)
+            out.loss.backward()
+        reports.append(prof.report)
+    eager = _matmul_dtypes(reports[0], EAGER_MATMUL)
+    compiled = _matmul_dtypes(reports[1], GRAPH_MATMUL)
+    assert ("transformer.h.1.mlp.c_fc", "forward") in eager
+    # every layer whose matmuls eager saw is observed in the compiled graphs, same dtypes
+    for key, dtypes in eager.items():
+        assert compiled.get(key) == dtypes, key
+
+
+def test_stop_on_nonfinite_stops_after_the_compiled_forward_that_made_it():
+    torch.manual_seed(0)
+    model = Stack()
+    fn = torch.compile(model)
+    x = torch.randn(2, 8, 16, generator=torch.Generator().manual_seed(1))
+    done = []
+    with pytest.raises(ampscope.NonFiniteStop) as stop:
+        with ampscope.profile(out=None, stop_on_nonfinite=True):
+            for step in range(4):
+                if step == 2:
+                    with torch.no_grad():
+                        model.blocks[1].ffn.wo.weight.mul_(1e6)
+                with torch.autocast("cpu", torch.float16):
+                    y = fn(x)
+                done.append(step)  # not reached at step 2: the stop comes as fn returns
+                y.float().sum().backward()
+                ampscope.step()
+    assert done == [0, 1]
+    assert (stop.value.event["layer"], stop.value.event["step"]) == ("blocks.1.ffn.wo", 2)
