@@ -853,7 +853,9 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
   } else {
     key = forward_key(call, fn.outputs());
     finish_op(fn, call, t, key, agg);
-    if (!call.sentinel)  // cast loss and degenerate outputs (issue 13)
+    // cast loss and degenerate outputs (issue 13); a compiled graph's point has no source or
+    // re-runnable op of its own
+    if (!call.sentinel && !call.point)
       on_top_finished(fn, &call, key, call.inputs, agg.stats, call.info->cast, call.info->inplace, call.step);
   }
   if (call.sentinel) {
