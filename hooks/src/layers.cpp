@@ -97,7 +97,7 @@ void record_into(ParamSlot& slot, const at::Tensor& grad) {
   }
   if (!stats_supported(grad)) return;
   at::DisableRecordFunctionGuard no_observe;
-  Stats s = tensor_stats(grad);
+  Stats s = Observer::stats_once(grad);
   if (s.nonfinite() > 0) Observer::note_nonfinite_param_grad(slot.info.layer, slot.info.name, s.nan > 0);
   std::lock_guard<std::mutex> lock(slot.mu);
   slot.info.grad.merge(s);

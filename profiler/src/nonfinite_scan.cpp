@@ -2,6 +2,10 @@
 
 #include <ampscope/profiler/tensor_stats.h>
 
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -37,7 +41,7 @@ at::Tensor distinct_elements(const at::Tensor& t) {
   return t.as_strided(sizes, strides);
 }
 
-bool dense_has_nonfinite(const void* d, std::int64_t n, c10::ScalarType type) {
+bool span_has_nonfinite(const void* d, std::int64_t n, c10::ScalarType type) {
   switch (type) {
     case c10::ScalarType::Float:
       return any_all_ones_exponent<std::uint32_t>(d, n, 0x7f800000u);
@@ -50,6 +54,26 @@ bool dense_has_nonfinite(const void* d, std::int64_t n, c10::ScalarType type) {
     default:
       return false;
   }
+}
+
+/// Spans of this many elements or more are split over torch's intra-op pool (see
+/// run_on_torch_pool in tensor_stats.cpp: this file is built with -fopenmp for the same reason).
+constexpr std::int64_t kParallelChunk = std::int64_t{1} << 15;
+
+bool dense_has_nonfinite(const void* d, std::int64_t n, c10::ScalarType type) {
+  if (n < 2 * kParallelChunk || at::in_parallel_region() || at::get_num_threads() < 2)
+    return span_has_nonfinite(d, n, type);
+  const std::int64_t width = static_cast<std::int64_t>(c10::elementSize(type));
+  std::atomic<bool> bad{false};
+  const std::int64_t chunks = (n + kParallelChunk - 1) / kParallelChunk;
+  at::parallel_for(0, chunks, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t c = b; c < e && !bad.load(std::memory_order_relaxed); ++c) {
+      const std::int64_t lo = c * kParallelChunk, len = std::min(n, lo + kParallelChunk) - lo;
+      if (span_has_nonfinite(static_cast<const char*>(d) + lo * width, len, type))
+        bad.store(true, std::memory_order_relaxed);
+    }
+  });
+  return bad.load();
 }
 
 }  // namespace

@@ -24,6 +24,7 @@
 #include "nonfinite_scan.h"
 #include "observer_device.h"
 #include "provenance.h"
+#include "read_cache.h"
 #include "recheck.h"
 #include "silent_loss_hooks.h"
 #include "wrapper_calls.h"
@@ -218,12 +219,15 @@ std::int8_t first_dtype(const std::vector<c10::IValue>& values) {
   return out;
 }
 
+/// The stats of the floating tensors among the values, merged (a tensor read earlier in this
+/// step at the same version is not read again: read_cache.h).
 template <typename Range>
 Stats stats_of(const Range& values) {
   Stats s;
+  const std::int64_t step = global().step.load(std::memory_order_relaxed);
   for (const c10::IValue& v : values) {
     for_each_tensor(v, [&](const at::Tensor& t) {
-      if (is_floating(t) && stats_supported(t)) s.merge(tensor_stats(t));
+      if (is_floating(t) && stats_supported(t)) s.merge(cached_stats(t, step));
     });
   }
   return s;
@@ -233,8 +237,11 @@ Stats stats_of(const Range& values) {
 template <typename Range>
 bool all_finite(const Range& values) {
   bool bad = false;
+  const std::int64_t step = global().step.load(std::memory_order_relaxed);
   for (const c10::IValue& v : values) {
-    for_each_tensor(v, [&](const at::Tensor& t) { bad = bad || (is_floating(t) && has_nonfinite(t)); });
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      bad = bad || (is_floating(t) && cached_has_nonfinite(t, step));
+    });
     if (bad) return false;
   }
   return true;
@@ -1028,9 +1035,14 @@ void Observer::note_nonfinite_param_grad(LayerId layer, const std::string& param
 
 void Observer::check_param_grad(LayerId layer, const std::string& param, const at::Tensor& grad) {
   if (!detail::global().running.load() || detail::global().have_first_nonfinite.load()) return;
-  if (!grad.defined() || !grad.is_floating_point() || !detail::has_nonfinite(grad)) return;
+  const std::int64_t step = detail::global().step.load();
+  if (!grad.defined() || !grad.is_floating_point() || !detail::cached_has_nonfinite(grad, step)) return;
   at::DisableRecordFunctionGuard no_observe;
-  note_nonfinite_param_grad(layer, param, tensor_stats(grad).nan > 0);
+  note_nonfinite_param_grad(layer, param, detail::cached_stats(grad, step).nan > 0);
+}
+
+Stats Observer::stats_once(const at::Tensor& t) {
+  return detail::cached_stats(t, detail::global().step.load());
 }
 
 void Observer::optimizer_step_begins() { detail::commit_pending(); }

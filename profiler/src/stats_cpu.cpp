@@ -141,4 +141,28 @@ Stats compute_stats(const TensorView& view, int max_threads) {
   return result;
 }
 
+Stats compute_stats_chunked(const TensorView& view, ChunkRunner runner) {
+  Stats result;
+  const i64 n = view.numel();
+  if (n <= 0 || view.data == nullptr) return result;
+  const i64 nchunks = (n + kStatsChunk - 1) / kStatsChunk;
+  if (nchunks < 2) {
+    accumulate_stats(view, 0, n, result);
+    return result;
+  }
+  std::vector<Stats> parts(static_cast<std::size_t>(nchunks));
+  struct Work {
+    const TensorView* view;
+    i64 n;
+    std::vector<Stats>* parts;
+  } work{&view, n, &parts};
+  runner(nchunks, &work, [](void* ctx, i64 c) {
+    auto* w = static_cast<Work*>(ctx);
+    accumulate_stats(*w->view, c * kStatsChunk, std::min(w->n, (c + 1) * kStatsChunk),
+                     (*w->parts)[static_cast<std::size_t>(c)]);
+  });
+  for (auto& p : parts) result.merge(p);
+  return result;
+}
+
 }  // namespace ampscope

@@ -84,15 +84,15 @@ Stats tensor_stats_cuda(const at::Tensor& t) {
   }
 }
 
-/// The CPU kernel on as many threads as torch's intra-op setting allows (torch.set_num_threads
-/// is the user's knob), serially inside a parallel region. Not through at::parallel_for: with the
-/// wheel's OpenMP backend that is an inline `#pragma omp parallel`, which runs serially in a TU
-/// built without -fopenmp (and building with it would load a second OpenMP runtime next to
-/// torch's). compute_stats starts its threads only for tensors big enough to pay for them and
-/// merges fixed chunks in order, so the result does not depend on the thread count.
-Stats compute_stats_on_pool(const TensorView& view) {
-  const int threads = at::in_parallel_region() ? 1 : std::max(1, at::get_num_threads());
-  return compute_stats(view, threads);
+/// Chunks on torch's intra-op pool: at::parallel_for, i.e. an OpenMP region of the runtime torch's
+/// own ops use (this file is built with -fopenmp and linked to torch's libgomp where the wheel
+/// bundles one, see profiler/CMakeLists.txt; without it the loop runs on the calling thread).
+/// Torch's threads wait between ops, so splitting costs microseconds, and a static split of an
+/// op's output reads each half on the core whose cache the op left it in.
+void run_on_torch_pool(std::int64_t chunks, void* ctx, void (*body)(void*, std::int64_t)) {
+  at::parallel_for(0, chunks, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t c = b; c < e; ++c) body(ctx, c);
+  });
 }
 
 }  // namespace
@@ -110,8 +110,15 @@ Stats tensor_stats(const at::Tensor& t, int max_threads) {
   // Conjugate/negative views carry a lazy flag the raw data does not reflect; real floating
   // tensors have no conjugate bit, but a negative bit would flip signs: materialise it.
   if (t.is_neg()) return tensor_stats(t.resolve_neg(), max_threads);
-  if (max_threads == 0) return compute_stats_on_pool(make_view(t));
-  return compute_stats(make_view(t), max_threads);
+  TensorView view = make_view(t);
+  // A transposed or permuted tensor dense in memory: one linear read of its span (the counts do
+  // not depend on the order, and every view of the same elements then gives the same sums).
+  if (!t.is_contiguous() && t.is_non_overlapping_and_dense()) {
+    view.sizes = {t.numel()};
+    view.strides = {1};
+  }
+  if (max_threads == 0) return compute_stats_chunked(view, run_on_torch_pool);
+  return compute_stats(view, max_threads);
 }
 
 }  // namespace ampscope

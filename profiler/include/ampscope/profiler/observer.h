@@ -188,6 +188,10 @@ class Observer {
   /// The sentinel on a parameter gradient of an unsampled step: checks it for NaN/Inf (CPU
   /// tensors; one read) and notes it as above.
   static void check_param_grad(LayerId layer, const std::string& param, const at::Tensor& grad);
+  /// The stats of a tensor the observer may have read already in this step (a parameter
+  /// gradient its AccumulateGrad node received): the same elements at the same version are read
+  /// once per step and thread.
+  static Stats stats_once(const at::Tensor& t);
   /// The optimizer is about to use the gradients: a non-finite gradient seen in this step is
   /// harmful (a GradScaler that found inf would not have called the optimizer).
   static void optimizer_step_begins();

@@ -104,6 +104,17 @@ void accumulate_stats(const TensorView& view, std::int64_t begin, std::int64_t e
 /// The stats of every element of `view`, using up to `max_threads` threads (0: hardware).
 Stats compute_stats(const TensorView& view, int max_threads = 0);
 
+/// Runs `body(chunk)` for every chunk in [0, chunks), on as many threads as it likes, and
+/// returns when all are done (e.g. over torch's intra-op pool).
+using ChunkRunner = void (*)(std::int64_t chunks, void* ctx, void (*body)(void* ctx, std::int64_t));
+
+/// The stats of every element of `view` in fixed chunks of kStatsChunk elements, run by
+/// `runner` and merged in chunk order: the result does not depend on how many threads ran them.
+/// Views shorter than two chunks are read on the calling thread.
+Stats compute_stats_chunked(const TensorView& view, ChunkRunner runner);
+/// Elements per chunk of compute_stats_chunked (16 blocks of the CPU kernel).
+inline constexpr std::int64_t kStatsChunk = std::int64_t{1} << 15;
+
 /// The builds of the CPU stats kernel, chosen at run time (every build gives the same counts).
 enum class StatsIsa : std::uint8_t { kPortable = 0, kAvx2, kAvx512 };
 inline constexpr int kNumStatsIsas = 3;

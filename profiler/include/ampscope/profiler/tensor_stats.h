@@ -58,9 +58,9 @@ TensorView make_view(const at::Tensor& t);
 /// Stats of a CPU or CUDA tensor (non-floating dtypes or undefined tensors give an empty Stats
 /// with count 0). CUDA tensors run the CUDA kernel on the current stream and wait for it (one
 /// host sync); CUDA errors (or a stream capturing a CUDA graph) fail with a c10::Error.
-/// On CPU, `max_threads` 0 splits tensors of 1 Mi elements or more over as many threads as
-/// torch's intra-op setting (at::get_num_threads()); 1 runs on the calling thread; N > 1 uses up
-/// to N threads.
+/// On CPU, `max_threads` 0 splits tensors of 64 Ki elements or more into chunks run on torch's
+/// intra-op pool (at::get_num_threads() threads; compute_stats_chunked); 1 runs on the calling
+/// thread; N > 1 starts up to N threads of its own for tensors of 1 Mi elements or more.
 Stats tensor_stats(const at::Tensor& t, int max_threads = 0);
 
 /// Receives the stats of CUDA tensors queued with queue_device_stats(), at the observer's next

@@ -1,0 +1,26 @@
+// Reads of the same memory, once: what the last reads of a few tensors found, per thread.
+//
+// The same elements reach the observer several times in one step: a gradient passed along a
+// chain of view nodes in backward (ViewBackward0 -> TBackward0 -> ... each receives a view of the
+// buffer the node before it made), a parameter gradient seen by its AccumulateGrad node and by
+// its gradient hook, a module output that an op already returned. The cache keys a read on what
+// makes its result the same: the storage (held weakly, so a freed storage's address is never
+// mistaken for a new one's), the span of elements (dense tensors only: a transposed or permuted
+// view covers the same span), the dtype and the version counter (bumped by every in-place write).
+// Entries live for one step of one thread.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ampscope/profiler/stats.h>
+
+namespace ampscope::detail {
+
+/// The full stats block of a supported CPU tensor (stats_supported), read at most once per
+/// (elements, version) and step on this thread. Dense tensors are read in memory order.
+Stats cached_stats(const at::Tensor& t, std::int64_t step);
+
+/// Whether a CPU floating tensor holds NaN/Inf (the sentinel's check), known from an earlier
+/// read of the same elements in this step on this thread when there was one.
+bool cached_has_nonfinite(const at::Tensor& t, std::int64_t step);
+
+}  // namespace ampscope::detail
