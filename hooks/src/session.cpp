@@ -72,6 +72,7 @@ void Session::start() {
   o.layers = options_.layers;
   o.ops = options_.ops;
   o.input_stats = options_.input_stats;
+  o.watch_unsampled = options_.watch_unsampled;
   Observer::start(o);
   reset_param_grads();
   reset_param_watch();

@@ -73,6 +73,9 @@ void apply_record_options(SessionOptions& o, const std::string& options_json) {
   o.ops.include = patterns(j, "include_ops");
   o.ops.exclude = patterns(j, "exclude_ops");
   o.input_stats = j.contains("input_stats") && j["input_stats"].is_boolean() && j["input_stats"].get<bool>();
+  // The Python front end watches unsampled steps (module outputs, replays) unless told to run
+  // the per-op sentinel ("sentinel": "ops").
+  o.watch_unsampled = !(j.contains("sentinel") && j["sentinel"] == "ops");
 }
 
 void start(int64_t every, bool shadow, std::string device, std::string autocast_dtype,
@@ -95,8 +98,11 @@ void stop() {
   if (g_session) g_session->stop();
 }
 
-void push_layer(std::string name, std::string type) {
+/// Pushes the layer; true when this step is watched (the module's output is worth checking with
+/// any_nonfinite, and a replay may need its RNG state).
+bool push_layer(std::string name, std::string type) {
   Observer::push_layer(layer_for_name(name, type));
+  return Observer::watching_now();
 }
 
 /// Pops the layer; true while some live tensor may hold NaN/Inf an op created (then the
@@ -107,6 +113,16 @@ bool pop_layer() {
 }
 void module_outputs(const std::vector<at::Tensor>& outputs) { Observer::check_module_outputs(outputs); }
 void optimizer_step_begins() { Observer::optimizer_step_begins(); }
+bool any_nonfinite(const std::vector<at::Tensor>& tensors) { return Observer::any_nonfinite(tensors); }
+void begin_replay() { Observer::begin_replay(); }
+void end_replay() { Observer::end_replay(); }
+/// A watched step's NaN/Inf that no op could be named for (see Observer::note_unattributed).
+void note_unattributed(std::string layer, std::string type, std::string what, std::string phase,
+                       std::optional<at::ScalarType> dtype, bool nan, int64_t step) {
+  const LayerId id = layer.empty() && type.empty() ? kOutsideLayerId : layer_for_name(layer, type);
+  Observer::note_unattributed(id, what, parse_phase(phase),
+                              dtype ? static_cast<std::int8_t>(*dtype) : std::int8_t{-1}, nan, step);
+}
 /// A parameter's owning layer, for AccumulateGrad attribution (Python front end).
 void name_param(const at::Tensor& param, std::string layer, std::string type) {
   Observer::name_param(param.unsafeGetTensorImpl(), layer_for_name(layer, type));
@@ -168,6 +184,7 @@ void updates_before_py(std::vector<std::string> params, std::vector<std::string>
 
 void updates_after_py() { updates_after(); }
 bool sampling_now() { return Observer::sampling_now(); }
+int64_t current_step() { return Observer::current_step(); }
 
 }  // namespace
 }  // namespace ampscope
@@ -178,7 +195,13 @@ TORCH_LIBRARY(ampscope, m) {
         &ampscope::start);
   m.def("nonfinite_seen() -> bool", &ampscope::nonfinite_seen);
   m.def("stop() -> ()", &ampscope::stop);
-  m.def("push_layer(str name, str type) -> ()", &ampscope::push_layer);
+  m.def("push_layer(str name, str type) -> bool", &ampscope::push_layer);
+  m.def("any_nonfinite(Tensor[] tensors) -> bool", &ampscope::any_nonfinite);
+  m.def("begin_replay() -> ()", &ampscope::begin_replay);
+  m.def("end_replay() -> ()", &ampscope::end_replay);
+  m.def("note_unattributed(str layer, str layer_type, str what, str phase, ScalarType? dtype, "
+        "bool nan, int step=-1) -> ()",
+        &ampscope::note_unattributed);
   m.def("pop_layer() -> bool", &ampscope::pop_layer);
   m.def("module_outputs(Tensor[] outputs) -> ()", &ampscope::module_outputs);
   m.def("optimizer_step_begins() -> ()", &ampscope::optimizer_step_begins);
@@ -197,4 +220,5 @@ TORCH_LIBRARY(ampscope, m) {
         &ampscope::updates_before_py);
   m.def("updates_after() -> ()", &ampscope::updates_after_py);
   m.def("sampling_now() -> bool", &ampscope::sampling_now);
+  m.def("current_step() -> int", &ampscope::current_step);
 }

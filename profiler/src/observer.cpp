@@ -143,6 +143,7 @@ struct ThreadState {
   std::uint64_t ring_tid = ~std::uint64_t{0};
   std::unordered_map<const char*, OpInfo> by_pointer;   // dispatcher names are stable pointers
   std::unordered_map<std::string, OpInfo> by_name;      // autograd node names are not
+  int replaying = 0;  // Observer::begin_replay depth: the per-op sentinel runs whatever the step
   int graph_task = -2;                                  // the backward pass `producers` is of
   int loss_task = -2;                                   // the backward pass whose loss was checked
   std::unordered_map<const void*, Producer> producers;  // consumer node -> its producer
@@ -155,6 +156,7 @@ ThreadState& thread_state() {
   if (tls.generation != gen) {
     tls.generation = gen;
     tls.depth = 0;
+    tls.replaying = 0;
     tls.top = nullptr;
     tls.by_pointer.clear();  // op filters may differ from the previous run's
     tls.by_name.clear();
@@ -432,6 +434,39 @@ void resolve_pending_by_scaler(const at::RecordFunction& fn) {
   }
 }
 
+/// An unsampled step the front end watches (ObserverOptions::watch_unsampled): the per-op
+/// sentinel is not armed for it.
+bool watched_step(const GlobalState& g, std::int64_t step) {
+  if (!g.watch || g.every <= 1 || step % g.every == 0) return false;
+  const std::int64_t armed = g.armed_from.load(std::memory_order_relaxed);
+  return armed < 0 || step < armed;
+}
+
+/// A watched step on this thread (no replay running here).
+bool watched(const GlobalState& g, std::int64_t step, const ThreadState& t) {
+  return t.replaying == 0 && watched_step(g, step);
+}
+
+/// Switches the op callbacks off for watched steps of runs without a GradScaler, on otherwise.
+void refresh_callbacks();
+
+/// On a watched step the per-op sentinel keeps only forward ops outside every module (a loss
+/// computed in the training loop) and compiled graphs' points: module outputs, parameter
+/// gradients and replays cover the rest.
+bool watch_skips(const at::RecordFunction& fn, const ThreadState& t) {
+  if (fn.scope() == at::RecordScope::BACKWARD_FUNCTION) return true;
+  if (current_point() != nullptr) return false;
+  if (!t.layers.empty() || torch::autograd::get_current_graph_task_id() != -1) return true;
+  const Phase p = forward_phase(t);
+  return p != Phase::kForward && p != Phase::kSetup;
+}
+
+/// The per-op sentinel replaces the watch from the current step on.
+void arm(GlobalState& g) {
+  std::int64_t none = -1;
+  if (g.armed_from.compare_exchange_strong(none, g.step.load())) refresh_callbacks();
+}
+
 /// A GradScaler update ends its iteration. When the optimizer step was skipped (inf/NaN found),
 /// no optimizer hook marked the step, so the update marks it. Returns the step the update
 /// belongs to.
@@ -444,6 +479,7 @@ std::int64_t update_scale_step(GlobalState& g) {
   } else {
     g.step.fetch_add(1);
     g.after_backward.store(false, std::memory_order_relaxed);
+    refresh_callbacks();
   }
   g.step_at_last_update = g.step.load();
   return belongs;
@@ -470,7 +506,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (depth == 0 && compiled_regions() > 0 && current_point() == nullptr) return nullptr;
   std::int64_t step = g.step.load(std::memory_order_relaxed);
   if (depth == 0 && fn.scope() == at::RecordScope::FUNCTION && fn.name()[0] == 'a') {
-    if (fn.name() == kUnscale) g.scaler_seen.store(true, std::memory_order_relaxed);
+    if (fn.name() == kUnscale && !g.scaler_seen.exchange(true)) refresh_callbacks();
     if (fn.name() == kUpdateScale) {
       resolve_pending_by_scaler(fn);
       step = update_scale_step(g);
@@ -481,6 +517,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   bool backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
   try {
     if (depth == 0) {
+      if (sentinel && watched(g, step, t) && watch_skips(fn, t)) return nullptr;
       const OpInfo& info = lookup(t, fn);
       if (info.internal || info.filtered_out) return nullptr;
       auto call = std::make_unique<Call>();
@@ -626,7 +663,11 @@ void scaler_catches_pending() {
   auto pending = take_pending_locked(g);
   if (!pending) return;
   ++g.scaler_caught_steps;
-  if (!g.scaler_caught) g.scaler_caught = std::move(*pending);
+  // a watched step names only the parameter whose gradient went non-finite ("grad of ..."); a
+  // later skipped step observed op by op names the op, which then stands for them all
+  const auto coarse = [](const NonFiniteRecord& r) { return r.op.rfind("grad of ", 0) == 0; };
+  if (!g.scaler_caught || (coarse(*g.scaler_caught) && !coarse(*pending)))
+    g.scaler_caught = std::move(*pending);
 }
 
 /// Gradients went non-finite. A forward origin of this step whose values are still alive
@@ -717,6 +758,40 @@ bool inputs_were_finite(const Call& call, std::int64_t carried) {
          all_finite(std::vector<c10::IValue>(call.inputs.begin() + 1, call.inputs.end()));
 }
 
+/// A parameter among the inputs holding NaN/Inf no observed op put there: an optimizer step that
+/// was not observed op by op (a watched step, see ObserverOptions::watch_unsampled) wrote it.
+/// Its layer, or -1 when there is none (or no optimizer has stepped yet: the values came in).
+LayerId unobserved_parameter_write(const Call& call) {
+  auto& g = global();
+  if (call.phase == Phase::kOptimizer || !g.optimizer_stepped.load(std::memory_order_relaxed))
+    return -1;
+  LayerId found = -1;
+  // an in-place op's first input is its output now
+  for (std::size_t i = call.info->inplace ? 1 : 0; i < call.inputs.size(); ++i) {
+    for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {
+      if (found >= 0 || !is_floating(t) || !has_nonfinite(t)) return;
+      std::lock_guard<std::mutex> lock(g.params_mu);
+      auto it = g.param_layers.find(t.unsafeGetTensorImpl());
+      if (it != g.param_layers.end()) found = it->second;
+    });
+  }
+  return found;
+}
+
+/// The origin record of parameters an unobserved optimizer step made non-finite: the step
+/// before this one, phase optimizer, in the parameters' layer and dtype.
+NonFiniteRecord parameter_write_record(const Call& call, LayerId layer, const Stats& out) {
+  NonFiniteRecord rec;
+  rec.step = std::max<std::int64_t>(call.step - 1, 0);
+  rec.phase = Phase::kOptimizer;
+  rec.layer = layer;
+  rec.op = "optimizer step (parameters of this layer became non-finite)";
+  rec.nan = out.nan > 0;
+  rec.compute_dtype = call.input_dtype;
+  rec.output_stats = out;
+  return rec;
+}
+
 /// An op returned NaN/Inf: it either carries an earlier origin's values on (a tainted input)
 /// or creates new ones (from finite inputs, from a NaN/inf constant, or from non-finite values
 /// of unknown source). Its outputs are tainted with that origin; optimizer state or parameters
@@ -734,8 +809,11 @@ void on_nonfinite_output(const at::RecordFunction& fn, Call& call, const OpKey& 
     }
     Origin o;
     o.key = key;
-    o.rec = creation_record(fn, call, key, agg.stats, t, agg);
+    const LayerId written = call.inputs_finite ? -1 : unobserved_parameter_write(call);
+    o.rec = written >= 0 ? parameter_write_record(call, written, agg.stats)
+                         : creation_record(fn, call, key, agg.stats, t, agg);
     id = prov.add(std::move(o));
+    if (written >= 0) make_harmful(id, "parameter");
   }
   prov.taint(fn.outputs(), id);
   prov.taint_nodes(fn.outputs(), id);
@@ -910,6 +988,28 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
 at::CallbackHandle g_handle = at::INVALID_CALLBACK_HANDLE;
 std::mutex g_control_mu;
 
+std::mutex g_callback_mu;
+bool g_callback_on = true;     ///< g_handle is enabled (guarded by g_callback_mu)
+std::atomic<int> g_replays{0};  ///< replays running on any thread
+
+/// The op callbacks run on every step except watched ones of a run without a GradScaler, where
+/// the front end's checks (module outputs, parameter gradients) replace them; a replay needs
+/// them. With a GradScaler they keep watching its updates (which end skipped steps) and the ops
+/// outside every module (watch_skips).
+void refresh_callbacks() {
+  auto& g = global();
+  std::lock_guard<std::mutex> lock(g_callback_mu);
+  if (g_handle == at::INVALID_CALLBACK_HANDLE) return;
+  const bool on = !watched_step(g, g.step.load()) || g.scaler_seen.load() || g_replays.load() > 0;
+  if (on == g_callback_on) return;
+  if (on) {
+    at::reenableCallback(g_handle);
+  } else {
+    at::disableCallback(g_handle);
+  }
+  g_callback_on = on;
+}
+
 /// A step ended: non-finite gradients of a run without a GradScaler are harmful now (with a
 /// scaler, its update decides, see resolve_pending_by_scaler).
 void on_step_end() {
@@ -939,6 +1039,7 @@ void Observer::start(const ObserverOptions& options) {
   g.every = options.every < 1 ? 1 : options.every;
   g.shadow = options.shadow;
   g.input_stats = options.input_stats;
+  g.watch = options.watch_unsampled;
   g.op_filter = options.ops;
   g.op_filter.hierarchical = false;
   NameFilter layers = options.layers;
@@ -951,6 +1052,10 @@ void Observer::start(const ObserverOptions& options) {
           .needsInputs(true)
           .needsOutputs(true)
           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  {
+    std::lock_guard<std::mutex> cb(detail::g_callback_mu);
+    detail::g_callback_on = true;
+  }
 }
 
 void Observer::stop() {
@@ -958,8 +1063,12 @@ void Observer::stop() {
   std::lock_guard<std::mutex> lock(detail::g_control_mu);
   if (!g.running.load()) return;
   g.running.store(false);
-  at::removeCallback(detail::g_handle);
-  detail::g_handle = at::INVALID_CALLBACK_HANDLE;
+  {
+    std::lock_guard<std::mutex> cb(detail::g_callback_mu);
+    at::removeCallback(detail::g_handle);
+    detail::g_handle = at::INVALID_CALLBACK_HANDLE;
+    detail::g_callback_on = true;
+  }
   detail::device_stop();
 }
 
@@ -968,6 +1077,7 @@ bool Observer::running() { return detail::global().running.load(); }
 void Observer::mark_step() {
   detail::device_flush();  // CUDA stats and kernel records of the step: one read-back
   detail::global().step.fetch_add(1);
+  detail::refresh_callbacks();
   detail::on_step_end();
 }
 
@@ -992,7 +1102,10 @@ void Observer::pop_layer() {
   if (!detail::tls.layers.empty()) detail::tls.layers.pop_back();
 }
 void Observer::push_phase(Phase p) {
-  if (p == Phase::kOptimizer) detail::global().after_backward.store(false, std::memory_order_relaxed);
+  if (p == Phase::kOptimizer) {
+    detail::global().after_backward.store(false, std::memory_order_relaxed);
+    detail::global().optimizer_stepped.store(true, std::memory_order_relaxed);
+  }
   detail::tls.phases.push_back(p);
 }
 void Observer::pop_phase() {
@@ -1038,7 +1151,57 @@ void Observer::check_param_grad(LayerId layer, const std::string& param, const a
   const std::int64_t step = detail::global().step.load();
   if (!grad.defined() || !grad.is_floating_point() || !detail::cached_has_nonfinite(grad, step)) return;
   at::DisableRecordFunctionGuard no_observe;
+  // on a watched step no node was observed: the op is named if it happens again
+  if (watching_now()) detail::arm(detail::global());
   note_nonfinite_param_grad(layer, param, detail::cached_stats(grad, step).nan > 0);
+}
+
+bool Observer::watching_now() {
+  auto& g = detail::global();
+  return g.running.load(std::memory_order_relaxed) &&
+         detail::watched(g, g.step.load(std::memory_order_relaxed), detail::thread_state());
+}
+
+bool Observer::any_nonfinite(const std::vector<at::Tensor>& tensors) {
+  auto& g = detail::global();
+  if (!g.running.load(std::memory_order_relaxed)) return false;
+  at::DisableRecordFunctionGuard no_observe;
+  const std::int64_t step = g.step.load(std::memory_order_relaxed);
+  for (const at::Tensor& t : tensors) {
+    if (detail::is_floating(t) && t.device().is_cpu() && stats_supported(t) &&
+        detail::cached_has_nonfinite(t, step)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+void Observer::begin_replay() {
+  ++detail::thread_state().replaying;
+  ++detail::g_replays;
+  detail::refresh_callbacks();
+}
+void Observer::end_replay() {
+  auto& t = detail::thread_state();
+  if (t.replaying == 0) return;
+  --t.replaying;
+  --detail::g_replays;
+  detail::refresh_callbacks();
+}
+
+void Observer::note_unattributed(LayerId layer, const std::string& what, Phase phase,
+                                 std::int8_t dtype, bool nan, std::int64_t step) {
+  auto& g = detail::global();
+  if (!g.running.load()) return;
+  detail::arm(g);
+  NonFiniteRecord rec;
+  rec.step = step >= 0 ? step : g.step.load();
+  rec.phase = phase;
+  rec.layer = layer;
+  rec.op = what;
+  rec.nan = nan;
+  rec.compute_dtype = dtype;
+  detail::set_first_harmful(std::move(rec), phase == Phase::kOptimizer ? "parameter" : "module_output");
 }
 
 Stats Observer::stats_once(const at::Tensor& t) {
@@ -1088,6 +1251,17 @@ ObserverSnapshot Observer::snapshot() {
   snap.steps = g.step.load();
   detail::device_report(snap);
   for (auto& note : storage_skip_notes()) snap.notes.push_back(std::move(note));
+  if (g.watch && g.every > 1) {
+    snap.notes.push_back(
+        "unsampled steps were watched at module outputs, parameter gradients and ops outside "
+        "every module; a module whose output went non-finite was replayed under the per-op "
+        "sentinel to find the op; NaN/Inf consumed harmlessly are counted on recorded steps only");
+  }
+  if (const std::int64_t armed = g.armed_from.load(); armed >= 0 && g.watch && g.every > 1) {
+    snap.notes.push_back("from step " + std::to_string(armed) +
+                         " unsampled steps ran the per-op sentinel: a NaN/Inf seen there could "
+                         "not be attributed to an op by the watch");
+  }
   return snap;
 }
 

@@ -247,8 +247,10 @@ void GlobalState::reset() {
   }
   have_first_nonfinite.store(false);
   have_pending.store(false);
+  armed_from.store(-1);
   scaler_seen.store(false);
   forward_seen.store(false);
+  optimizer_stepped.store(false);
   after_backward.store(false);
   step.store(0);
 }

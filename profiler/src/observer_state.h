@@ -90,6 +90,9 @@ struct GlobalState {
   std::atomic<std::uint64_t> generation{0};  ///< bumped by every start(): stale thread state resets
   std::atomic<std::int64_t> step{0};
   int every = 1;
+  bool watch = false;              ///< ObserverOptions::watch_unsampled
+  /// The per-op sentinel replaces the watch from this step on (-1: not armed); see arm().
+  std::atomic<std::int64_t> armed_from{-1};
   bool shadow = false;
   bool input_stats = false;
   NameFilter op_filter;
@@ -113,6 +116,7 @@ struct GlobalState {
   std::int64_t scaler_caught_steps = 0;
   std::atomic<bool> scaler_seen{false};  ///< a GradScaler unscaled or updated in this run
   std::atomic<bool> forward_seen{false};  ///< a layer was entered: setup is over
+  std::atomic<bool> optimizer_stepped{false};  ///< an optimizer step ran in this run
   std::atomic<bool> after_backward{false};  ///< a backward ran since the last forward/step
   /// Parameters (TensorImpl*) -> owning layer, for AccumulateGrad attribution.
   std::mutex params_mu;

@@ -16,6 +16,26 @@ from torch.optim.optimizer import (register_optimizer_step_post_hook,
 from . import _core, _updates
 
 
+def _tensor_leaves(value):
+    """The tensors in a module's output or inputs (nested tuples, lists, dicts, ModelOutputs)."""
+    leaves = [t for t in _pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+    if not leaves and isinstance(value, dict):
+        leaves = [t for t in value.values() if isinstance(t, torch.Tensor)]
+    return leaves
+
+
+class _Frame:
+    """A module call on this thread's stack: whether its step is watched (its output is checked
+    for NaN/Inf), the CPU RNG state it started with (for a replay), and whether a module it
+    called got non-finite values from outside itself (made by this one's own ops)."""
+    __slots__ = ("watched", "rng", "child_trip")
+
+    def __init__(self, watched):
+        self.watched = watched
+        self.rng = torch.default_generator.get_state() if watched else None
+        self.child_trip = False
+
+
 def _is_dtensor(t):
     dtensor = getattr(getattr(torch.distributed, "tensor", None), "DTensor", None)
     return dtensor is not None and isinstance(t, dtensor)
@@ -137,26 +157,89 @@ class Tracker:
             self.register_root(self._outermost(module))
             name = self._names.get(module)
         if name is None:
-            stack.append(False)  # built on the fly: stays in its parent's scope
+            stack.append(None)  # built on the fly: stays in its parent's scope
             return
         if module is not args_module:
             self.compiled_prefix = name  # its graphs' layer names are relative to it
-        _core.ops().push_layer(name, type(module).__name__)
-        stack.append(True)
+        watched = _core.ops().push_layer(name, type(module).__name__)
+        # a watched step checks the outputs of the root and of modules holding others: a leaf's
+        # non-finite values reach its parent's output, whose replay then names the op
+        stack.append(_Frame(watched and (bool(module._modules) or not stack)))
 
-    def _post(self, module, args, output):
+    def _post(self, module, args, *kwargs_output):
+        # (kwargs, output); torch calls always_call hooks as (module, args, output) when the
+        # forward raised
+        kwargs, output = kwargs_output if len(kwargs_output) == 2 else ({}, kwargs_output[0])
         if torch.compiler.is_compiling():
             return
         stack = self._stack()
-        if stack and stack.pop() and _core.ops().pop_layer():
-            # some live tensor holds NaN/Inf an op made: does this module pass it on?
-            leaves = [t for t in _pytree.tree_leaves(output) if isinstance(t, torch.Tensor)]
-            if not leaves and isinstance(output, dict):
-                leaves = [t for t in output.values() if isinstance(t, torch.Tensor)]
-            if leaves:
-                _core.ops().module_outputs(leaves)
+        frame = stack.pop() if stack else None
+        if frame is not None:
+            ops = _core.ops()
+            leaves = None
+            if frame.watched:  # an unsampled step: no op was checked inside this module
+                leaves = _tensor_leaves(output)
+                if frame.child_trip or ops.any_nonfinite(leaves):
+                    self._on_trip(self._unwrap_compiled(module), args, kwargs, frame, stack,
+                                  leaves)
+            if ops.pop_layer():
+                # some live tensor holds NaN/Inf an op made: does this module pass it on?
+                leaves = _tensor_leaves(output) if leaves is None else leaves
+                if leaves:
+                    ops.module_outputs(leaves)
         if self._stop is not None:
             self.check_stop()
+
+    # -- the watch of unsampled steps (see ObserverOptions::watch_unsampled in the core)
+    def _on_trip(self, module, args, kwargs, frame, stack, leaves):
+        """A module's output holds NaN/Inf on a watched step. Made before it (its inputs hold
+        them): the enclosing module's own ops are to blame, its post hook replays it. Otherwise its
+        forward runs again from the same inputs and RNG state under the per-op sentinel, which
+        names the op at this step and layer (or, for parameters an unobserved optimizer step made
+        non-finite, that step)."""
+        ops = _core.ops()
+        if ops.nonfinite_seen():
+            return  # the run's first harmful origin is known already
+        parent = next((f for f in reversed(stack) if f is not None), None)
+        if parent is not None and ops.any_nonfinite(_tensor_leaves((args, kwargs))):
+            parent.child_trip = True
+            return
+        self._replay(module, args, kwargs, frame, leaves)
+
+    def _replay(self, module, args, kwargs, frame, frame_leaves=()):
+        """Runs module.forward again on copies of its tensor inputs and buffers (a forward may
+        write them in place: BatchNorm's running stats, an in-place ReLU on its input; the
+        originals, which autograd may have saved, keep their values and versions), from the RNG
+        state it started with; the RNG state is put back afterwards."""
+        ops = _core.ops()
+        generator = torch.default_generator
+        after = generator.get_state()
+        copy = lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t  # noqa: E731
+        args, kwargs = _pytree.tree_map(copy, (args, kwargs))
+        swapped = [(m, name, b) for m in module.modules() for name, b in m._buffers.items()
+                   if b is not None]
+        failed = None
+        ops.begin_replay()
+        try:
+            for m, name, b in swapped:
+                m._buffers[name] = b.detach().clone()
+            generator.set_state(frame.rng)
+            leaves = _tensor_leaves(module.forward(*args, **kwargs))
+            if leaves:
+                ops.module_outputs(leaves)  # the values the replay's ops made reach its output
+        except Exception as e:  # never disturb the training loop
+            failed = e
+        finally:
+            ops.end_replay()
+            generator.set_state(after)
+            for m, name, b in swapped:
+                m._buffers[name] = b
+        if not ops.nonfinite_seen():
+            name = self._names.get(module, "")
+            why = f"the replay failed: {type(failed).__name__}" if failed else "not reproduced by a replay"
+            ops.note_unattributed(name, type(module).__name__,
+                                  f"{type(module).__name__} output ({why})", "forward", None,
+                                  any(bool(torch.isnan(t).any()) for t in frame_leaves), -1)
 
     def check_stop(self):
         """Raises the stop exception once an op has produced a NaN/Inf (stop_on_nonfinite)."""
@@ -181,7 +264,8 @@ class Tracker:
 
     def install(self):
         self._handles.append(register_module_forward_pre_hook(self._pre))
-        self._handles.append(register_module_forward_hook(self._post, always_call=True))
+        self._handles.append(register_module_forward_hook(self._post, with_kwargs=True,
+                                                          always_call=True))
         self._handles.append(register_optimizer_step_pre_hook(self._before_optimizer_step))
         self._handles.append(register_optimizer_step_post_hook(self._after_optimizer_step))
 

@@ -38,6 +38,10 @@ struct SessionOptions {
   NameFilter ops;
   /// Also record a stats block of every op's floating inputs (op.input_stats).
   bool input_stats = false;
+  /// Unsampled steps watched by the front end (module outputs, parameter gradients, replays)
+  /// instead of the per-op sentinel: ObserverOptions::watch_unsampled. The Python front end
+  /// sets it; C++ programs (LayerScope, no module hooks) keep the per-op sentinel.
+  bool watch_unsampled = false;
 };
 
 /// Writes <stem>.json and <stem>.html (optional) and the precision map into `dir` (created if

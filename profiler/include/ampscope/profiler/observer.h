@@ -55,6 +55,14 @@ struct ObserverOptions {
   NameFilter ops;
   /// Also take a stats block of every recorded op's floating inputs (OpAggregate::input_stats).
   bool input_stats = false;
+  /// How unsampled steps are watched for NaN/Inf. false: the per-op sentinel (every op output
+  /// and incoming gradient is checked). true (a front end with module hooks, the Python one):
+  /// the front end checks module outputs and parameter gradients (any_nonfinite) and replays a
+  /// module whose output went non-finite under the per-op sentinel (begin_replay) to find the op;
+  /// ops outside every module (a loss computed in the training loop) keep the per-op sentinel.
+  /// A NaN/Inf the watch cannot attribute to an op arms the per-op sentinel for the rest of the
+  /// run (ObserverSnapshot::notes says from which step).
+  bool watch_unsampled = false;
 };
 
 /// Aggregation key of an entry. Dtypes are c10::ScalarType values as int8 (-1: none).
@@ -217,6 +225,23 @@ class Observer {
   static void record_compiled(const CompiledPoint& point, const at::Tensor& output,
                               const std::vector<at::Tensor>& deps);
 
+  /// True while the current step is watched by the front end (ObserverOptions::watch_unsampled,
+  /// an unsampled step, the per-op sentinel not armed, no replay running on this thread).
+  static bool watching_now();
+  /// True when a CPU floating tensor among `tensors` holds NaN/Inf (other tensors are not
+  /// read). Reads each buffer once per step and version (shared with the per-op paths).
+  static bool any_nonfinite(const std::vector<at::Tensor>& tensors);
+  /// Brackets a replay on this thread: a module whose output went non-finite on a watched step
+  /// runs its forward again from the same inputs and RNG state, observed by the per-op sentinel,
+  /// so the op that made the values is found (at the current step and layer).
+  static void begin_replay();
+  static void end_replay();
+  /// A watched step saw NaN/Inf that no op can be named for (`what`: e.g. the module output a
+  /// replay did not reproduce, or a parameter the optimizer wrote): recorded as the origin in
+  /// `layer` at `step` (-1: the current one; phase `phase`, computed in `dtype`) unless one is
+  /// known, and the per-op sentinel is armed from the current step on.
+  static void note_unattributed(LayerId layer, const std::string& what, Phase phase,
+                                std::int8_t dtype, bool nan, std::int64_t step = -1);
   /// Merged copy of everything recorded so far.
   static ObserverSnapshot snapshot();
   /// Name of an interned op id.
