@@ -147,9 +147,16 @@ void attach_modules(torch::nn::Module& root, const std::string& prefix) {
   }
 }
 
-void detach_all_modules() {
+void hook_param(const at::Tensor& param, const std::string& name, LayerId layer) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
+  for (const auto& h : r.hooks)
+    if (h.tensor.is_same(param)) return;  // hooked already (one record per parameter)
+  hook_parameter(r, param, name, layer);
+}
+
+namespace {
+void unhook_locked(Registry& r) {
   for (auto& h : r.hooks) {
     try {
       h.tensor.remove_hook(h.hook);
@@ -158,6 +165,19 @@ void detach_all_modules() {
     }
   }
   r.hooks.clear();
+}
+}  // namespace
+
+void unhook_params() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  unhook_locked(r);
+}
+
+void detach_all_modules() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  unhook_locked(r);
   r.params.clear();
   r.params_by_name.clear();
   r.pending_aliases.clear();

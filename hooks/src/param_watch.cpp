@@ -85,7 +85,7 @@ void updates_before(std::vector<WatchedTensor> tensors) {
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     auto& w = tensors[i];
     if (w.role == "value" && w.tensor.defined() && !w.tensor.is_cuda() && stats_supported(w.tensor))
-      values.emplace_back(i, tensor_stats(w.tensor));
+      values.emplace_back(i, Observer::stats_once(w.tensor));  // read for its cast already?
     if (comparable(w)) copies.push_back({w, w.tensor.detach().clone(), w.grad.detach().ne(0)});
   }
   auto& s = store();

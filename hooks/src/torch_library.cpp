@@ -98,12 +98,16 @@ void stop() {
   if (g_session) g_session->stop();
 }
 
-/// Pushes the layer; true when this step is watched (the module's output is worth checking with
-/// any_nonfinite, and a replay may need its RNG state).
-bool push_layer(std::string name, std::string type) {
-  Observer::push_layer(layer_for_name(name, type));
-  return Observer::watching_now();
+void push_layer(std::string name, std::string type) { Observer::push_layer(layer_for_name(name, type)); }
+/// The id of a layer name (registered with `type` when new), for push_layer_id.
+int64_t layer_id(std::string name, std::string type) { return layer_for_name(name, type); }
+void push_layer_id(int64_t id) { Observer::push_layer(static_cast<LayerId>(id)); }
+int64_t watch_mode() { return Observer::watch_mode(); }
+/// A C++ gradient hook on a parameter (no Python, no GIL per gradient).
+void hook_param_op(const at::Tensor& param, std::string name, int64_t layer) {
+  hook_param(param, name, static_cast<LayerId>(layer));
 }
+void unhook_params_op() { unhook_params(); }
 
 /// Pops the layer; true while some live tensor may hold NaN/Inf an op created (then the
 /// module's outputs are worth checking, see module_outputs).
@@ -195,7 +199,12 @@ TORCH_LIBRARY(ampscope, m) {
         &ampscope::start);
   m.def("nonfinite_seen() -> bool", &ampscope::nonfinite_seen);
   m.def("stop() -> ()", &ampscope::stop);
-  m.def("push_layer(str name, str type) -> bool", &ampscope::push_layer);
+  m.def("push_layer(str name, str type) -> ()", &ampscope::push_layer);
+  m.def("layer_id(str name, str type) -> int", &ampscope::layer_id);
+  m.def("push_layer_id(int id) -> ()", &ampscope::push_layer_id);
+  m.def("watch_mode() -> int", &ampscope::watch_mode);
+  m.def("hook_param(Tensor param, str name, int layer) -> ()", &ampscope::hook_param_op);
+  m.def("unhook_params() -> ()", &ampscope::unhook_params_op);
   m.def("any_nonfinite(Tensor[] tensors) -> bool", &ampscope::any_nonfinite);
   m.def("begin_replay() -> ()", &ampscope::begin_replay);
   m.def("end_replay() -> ()", &ampscope::end_replay);

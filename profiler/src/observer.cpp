@@ -899,8 +899,19 @@ OpKey forward_key(const Call& call, const std::vector<c10::IValue>& outputs) {
   return key;
 }
 
+/// An optimizer's float32/float64 arithmetic (master weights, optimizer state): its values are
+/// not a precision question, and each parameter's values have their own stats block at the
+/// optimizer step (params[].values), so its outputs get the sentinel's check only, whatever
+/// the step (a third of a recorded step's reads in an AdamW loop). Low-precision optimizer
+/// outputs keep their stats.
+bool wide_optimizer_output(const Call& call, const OpKey& key) {
+  return call.phase == Phase::kOptimizer && key.output_dtype >= 0 &&
+         !is_low_precision(key.output_dtype);
+}
+
 /// A forward/optimizer call: stats of its outputs (sampled steps) or the sentinel's check
-/// (unsampled steps), provenance of any NaN/Inf, loss-scale updates, shadow re-checks.
+/// (unsampled steps, wide optimizer outputs), provenance of any NaN/Inf, loss-scale updates,
+/// shadow re-checks.
 void finish_op(const at::RecordFunction& fn, Call& call, ThreadState& t, const OpKey& key,
                OpAggregate& agg) {
   const auto& outputs = fn.outputs();
@@ -909,6 +920,8 @@ void finish_op(const at::RecordFunction& fn, Call& call, ThreadState& t, const O
   if (!call.sentinel) {
     agg.casts = call.inner_seen ? call.pending_casts : 0;
     agg.input_stats = std::move(call.input_stats);
+  }
+  if (!call.sentinel && !wide_optimizer_output(call, key)) {
     if (!passthrough) agg.stats = stats_of(outputs);
   } else if (!passthrough && !all_finite(outputs)) {
     agg.stats = stats_of(outputs);  // rare: the full block of the non-finite output
@@ -1160,6 +1173,12 @@ bool Observer::watching_now() {
   auto& g = detail::global();
   return g.running.load(std::memory_order_relaxed) &&
          detail::watched(g, g.step.load(std::memory_order_relaxed), detail::thread_state());
+}
+
+int Observer::watch_mode() {
+  if (!watching_now()) return 0;
+  std::lock_guard<std::mutex> lock(detail::g_callback_mu);
+  return detail::g_callback_on ? 1 : 2;
 }
 
 bool Observer::any_nonfinite(const std::vector<at::Tensor>& tensors) {

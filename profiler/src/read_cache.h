@@ -7,7 +7,8 @@
 // makes its result the same: the storage (held weakly, so a freed storage's address is never
 // mistaken for a new one's), the span of elements (dense tensors only: a transposed or permuted
 // view covers the same span), the dtype and the version counter (bumped by every in-place write).
-// Entries live for one step of one thread.
+// Entries live for one step of one thread: a weight read for its cast in forward is not read
+// again for its values at the optimizer step.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "observer_state.h"
+#include "read_cache.h"
 #include "recheck.h"
 #include "silent_loss_hooks.h"
 
@@ -200,7 +201,7 @@ std::optional<CastLossCounts> source_loss(const at::Tensor& src, c10::ScalarType
   const bool param = src.is_leaf() && src.requires_grad();
   if (param && !first_param_cast(src.unsafeGetTensorImpl(), to, step)) return std::nullopt;
   at::DisableRecordFunctionGuard no_observe;
-  CastLossCounts c = counts_of(tensor_stats(src), f, step);
+  CastLossCounts c = counts_of(cached_stats(src, step), f, step);  // often read as an output
   c.parameter = param;
   c.source_dtype = static_cast<std::int8_t>(src.scalar_type());
   c.target_dtype = static_cast<std::int8_t>(to);

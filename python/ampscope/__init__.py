@@ -128,18 +128,24 @@ class profile:
     What is recorded: `include` / `exclude` (layer-name globs; "blocks.1" also covers its
     sub-layers), `ops` / `exclude_ops` (op-name globs such as "aten::*mm*", "*Backward0"), each
     a list or a comma-separated str; `input_stats=True` also records stats of each op's floating
-    inputs. The report's run.sampling says what was recorded."""
+    inputs. The report's run.sampling says what was recorded.
+    Unsampled steps (every > 1) are watched for NaN/Inf: `sentinel="watch"` (default; env
+    AMPSCOPE_SENTINEL) checks module outputs and parameter gradients and replays a module whose
+    output went non-finite to name the op; `sentinel="ops"` checks every op's outputs (dearer)."""
 
     def __init__(self, model=None, out="ampscope-out", every=1, shadow=False,
                  precision_map=None, command=None, stop_on_nonfinite=False, include=None,
-                 exclude=None, ops=None, exclude_ops=None, input_stats=False):
+                 exclude=None, ops=None, exclude_ops=None, input_stats=False, sentinel=None):
         if int(every) < 1:
             raise ValueError("every must be >= 1")
+        sentinel = sentinel or os.environ.get("AMPSCOPE_SENTINEL") or "watch"
+        if sentinel not in ("watch", "ops"):
+            raise ValueError(f"sentinel must be 'watch' or 'ops', got {sentinel!r}")
         self._record = {"include_layers": _patterns(include, "include"),
                         "exclude_layers": _patterns(exclude, "exclude"),
                         "include_ops": _patterns(ops, "ops"),
                         "exclude_ops": _patterns(exclude_ops, "exclude_ops"),
-                        "input_stats": bool(input_stats)}
+                        "input_stats": bool(input_stats), "sentinel": sentinel}
         self.model, self.every, self.shadow = model, int(every), bool(shadow)
         self.out = os.fspath(out) if out is not None else None  # str or path-like
         self.stop_on_nonfinite = bool(stop_on_nonfinite)

@@ -5,35 +5,24 @@ several unrelated root models keep distinct names (later roots are prefixed by t
 import gc
 import threading
 import weakref
+from typing import NamedTuple
 
 import torch
-from torch.utils import _pytree
 from torch.nn.modules.module import (register_module_forward_hook,
                                       register_module_forward_pre_hook)
 from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                    register_optimizer_step_pre_hook)
 
-from . import _core, _updates
+from . import _core, _updates, _watch
 
 
-def _tensor_leaves(value):
-    """The tensors in a module's output or inputs (nested tuples, lists, dicts, ModelOutputs)."""
-    leaves = [t for t in _pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
-    if not leaves and isinstance(value, dict):
-        leaves = [t for t in value.values() if isinstance(t, torch.Tensor)]
-    return leaves
-
-
-class _Frame:
-    """A module call on this thread's stack: whether its step is watched (its output is checked
-    for NaN/Inf), the CPU RNG state it started with (for a replay), and whether a module it
-    called got non-finite values from outside itself (made by this one's own ops)."""
-    __slots__ = ("watched", "rng", "child_trip")
-
-    def __init__(self, watched):
-        self.watched = watched
-        self.rng = torch.default_generator.get_state() if watched else None
-        self.child_trip = False
+class _Info(NamedTuple):
+    """What the hooks need of a registered module on every call."""
+    name: str        # qualified named_modules() name
+    lid: int         # the core's layer id
+    type: str        # type(module).__name__
+    parent: bool     # holds other modules (its output is checked on a watched step)
+    compiled: bool   # torch.compile's wrapper standing for the module it compiled
 
 
 def _is_dtensor(t):
@@ -45,10 +34,10 @@ class Tracker:
     def __init__(self, stop=None):
         self._stop = stop  # exception class raised once the first NaN/Inf is seen (or None)
         self._names = weakref.WeakKeyDictionary()  # module -> qualified name
+        self._info = {}  # id(module) -> _Info, while the module lives (the hooks' fast path)
         self._prefixes = set()
         self._local = threading.local()
         self._handles = []
-        self._param_hooks = []
         self._params = {}         # id(param) -> qualified name of its first owner (tied: once)
         self._owners = {}         # id(param) -> (name, layer, layer type) of that owner
         self.root_callbacks = []  # called with (root, names) when a new root is registered
@@ -67,20 +56,30 @@ class Tracker:
             prefix = "" if not self._prefixes else self._unique(type(root).__name__)
         self._prefixes.add(prefix)
         names = {}
+        ops = _core.ops()
         for name, module in root.named_modules(remove_duplicate=True):
             if module in self._names:
                 continue
             full = ".".join(p for p in (prefix, name) if p)
             self._names[module] = full
             names[full] = module
-            self._hook_params(module, full)
+            layer_type = type(module).__name__
+            info = _Info(full, ops.layer_id(full, layer_type), layer_type, bool(module._modules),
+                         False)
+            self._remember(module, info)
+            self._hook_params(module, info)
         for callback in self.root_callbacks:
             callback(root, names)
 
-    def _hook_params(self, module, layer):
+    def _remember(self, module, info):
+        self._info[id(module)] = info
+        weakref.finalize(module, self._info.pop, id(module), None)
+
+    def _hook_params(self, module, info):
         """One gradient hook per parameter, however many names reach it (tied weights such as
-        T5's shared/lm_head): the first name owns it, the others are its aliases."""
-        layer_type = type(module).__name__
+        T5's shared/lm_head): the first name owns it, the others are its aliases. The hooks are
+        C++ (no Python call, no GIL per gradient)."""
+        layer, layer_type = info.name, info.type
         ops = _core.ops()
         for pname, param in module.named_parameters(recurse=False):
             if not param.requires_grad:
@@ -92,20 +91,13 @@ class Tracker:
                 continue
             self._params[id(param)] = full
             self._owners[id(param)] = (full, layer, layer_type)
-            ops.name_param(param, layer, layer_type)
             if _is_dtensor(param):
                 # FSDP2 assigns a sharded parameter's .grad itself (reduce-scatter), so no hook
                 # fires: its local shard is read at the optimizer step
+                ops.name_param(param, layer, layer_type)
                 self._sharded.append((weakref.ref(param), full, layer, layer_type))
                 continue
-
-            def record(grad, full=full):
-                # a sharded (DTensor) gradient: this rank's shard is what its memory holds
-                local = getattr(grad, "_local_tensor", None)
-                _core.ops().param_grad(full, layer, layer_type,
-                                       local if isinstance(local, torch.Tensor) else grad)
-
-            self._param_hooks.append(param.register_hook(record))
+            ops.hook_param(param, full, info.lid)
 
     @staticmethod
     def _owner(module):
@@ -147,24 +139,39 @@ class Tracker:
         return stack
 
     # -- hooks
+    def _discover(self, module, stack):
+        """The _Info of a module met for the first time: a root registers its whole tree; a
+        torch.compile wrapper stands for the module it compiled; None for a module built on the
+        fly inside a forward (it stays in its parent's scope)."""
+        target = self._unwrap_compiled(module)
+        info = self._info.get(id(target))
+        if info is None and not stack:
+            self.register_root(self._outermost(target))
+            info = self._info.get(id(target))
+        if info is not None and target is not module:
+            info = info._replace(compiled=True)
+            self._remember(module, info)
+        return info
+
     def _pre(self, module, args):
         if torch.compiler.is_compiling():
             return  # inside a compiled region: dynamo must not trace ampscope (not observed)
         stack = self._stack()
-        args_module, module = module, self._unwrap_compiled(module)
-        name = self._names.get(module)
-        if name is None and not stack:
-            self.register_root(self._outermost(module))
-            name = self._names.get(module)
-        if name is None:
-            stack.append(None)  # built on the fly: stays in its parent's scope
+        info = self._info.get(id(module)) or self._discover(module, stack)
+        if info is None:
+            stack.append(None)
             return
-        if module is not args_module:
-            self.compiled_prefix = name  # its graphs' layer names are relative to it
-        watched = _core.ops().push_layer(name, type(module).__name__)
-        # a watched step checks the outputs of the root and of modules holding others: a leaf's
-        # non-finite values reach its parent's output, whose replay then names the op
-        stack.append(_Frame(watched and (bool(module._modules) or not stack)))
+        if info.compiled:
+            self.compiled_prefix = info.name  # its graphs' layer names are relative to it
+        ops = _core.ops()
+        local = self._local
+        if not stack:  # a forward starts: is its step watched (see _watch)?
+            local.mode = ops.watch_mode()
+        mode = getattr(local, "mode", 0)
+        if mode != 2:  # the ops are observed, or a GradScaler's callbacks need the layers
+            ops.push_layer_id(info.lid)
+        # a watched step checks the outputs of the root and of modules holding others
+        stack.append(_watch.Frame(info, mode != 2, mode != 0 and (info.parent or not stack)))
 
     def _post(self, module, args, *kwargs_output):
         # (kwargs, output); torch calls always_call hooks as (module, args, output) when the
@@ -175,71 +182,16 @@ class Tracker:
         stack = self._stack()
         frame = stack.pop() if stack else None
         if frame is not None:
-            ops = _core.ops()
-            leaves = None
-            if frame.watched:  # an unsampled step: no op was checked inside this module
-                leaves = _tensor_leaves(output)
-                if frame.child_trip or ops.any_nonfinite(leaves):
-                    self._on_trip(self._unwrap_compiled(module), args, kwargs, frame, stack,
-                                  leaves)
-            if ops.pop_layer():
+            if frame.watched:  # a watched step: no op inside this module was checked
+                target = self._unwrap_compiled(module) if frame.info.compiled else module
+                _watch.check_output(self._local, target, args, kwargs, output, frame, stack)
+            if frame.pushed and _core.ops().pop_layer():
                 # some live tensor holds NaN/Inf an op made: does this module pass it on?
-                leaves = _tensor_leaves(output) if leaves is None else leaves
+                leaves = _watch.tensor_leaves(output)
                 if leaves:
-                    ops.module_outputs(leaves)
+                    _core.ops().module_outputs(leaves)
         if self._stop is not None:
             self.check_stop()
-
-    # -- the watch of unsampled steps (see ObserverOptions::watch_unsampled in the core)
-    def _on_trip(self, module, args, kwargs, frame, stack, leaves):
-        """A module's output holds NaN/Inf on a watched step. Made before it (its inputs hold
-        them): the enclosing module's own ops are to blame, its post hook replays it. Otherwise its
-        forward runs again from the same inputs and RNG state under the per-op sentinel, which
-        names the op at this step and layer (or, for parameters an unobserved optimizer step made
-        non-finite, that step)."""
-        ops = _core.ops()
-        if ops.nonfinite_seen():
-            return  # the run's first harmful origin is known already
-        parent = next((f for f in reversed(stack) if f is not None), None)
-        if parent is not None and ops.any_nonfinite(_tensor_leaves((args, kwargs))):
-            parent.child_trip = True
-            return
-        self._replay(module, args, kwargs, frame, leaves)
-
-    def _replay(self, module, args, kwargs, frame, frame_leaves=()):
-        """Runs module.forward again on copies of its tensor inputs and buffers (a forward may
-        write them in place: BatchNorm's running stats, an in-place ReLU on its input; the
-        originals, which autograd may have saved, keep their values and versions), from the RNG
-        state it started with; the RNG state is put back afterwards."""
-        ops = _core.ops()
-        generator = torch.default_generator
-        after = generator.get_state()
-        copy = lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t  # noqa: E731
-        args, kwargs = _pytree.tree_map(copy, (args, kwargs))
-        swapped = [(m, name, b) for m in module.modules() for name, b in m._buffers.items()
-                   if b is not None]
-        failed = None
-        ops.begin_replay()
-        try:
-            for m, name, b in swapped:
-                m._buffers[name] = b.detach().clone()
-            generator.set_state(frame.rng)
-            leaves = _tensor_leaves(module.forward(*args, **kwargs))
-            if leaves:
-                ops.module_outputs(leaves)  # the values the replay's ops made reach its output
-        except Exception as e:  # never disturb the training loop
-            failed = e
-        finally:
-            ops.end_replay()
-            generator.set_state(after)
-            for m, name, b in swapped:
-                m._buffers[name] = b
-        if not ops.nonfinite_seen():
-            name = self._names.get(module, "")
-            why = f"the replay failed: {type(failed).__name__}" if failed else "not reproduced by a replay"
-            ops.note_unattributed(name, type(module).__name__,
-                                  f"{type(module).__name__} output ({why})", "forward", None,
-                                  any(bool(torch.isnan(t).any()) for t in frame_leaves), -1)
 
     def check_stop(self):
         """Raises the stop exception once an op has produced a NaN/Inf (stop_on_nonfinite)."""
@@ -249,7 +201,7 @@ class Tracker:
 
     def _unwrap_compiled(self, module):
         """torch.compile's wrapper stands for the module it compiled (named as the user's)."""
-        orig = getattr(module, "_orig_mod", None)
+        orig = module._modules.get("_orig_mod")
         if isinstance(orig, torch.nn.Module) and self._is_compiled(module):
             if type(orig).__name__ not in self.compiled:
                 self.compiled.append(type(orig).__name__)
@@ -314,7 +266,7 @@ class Tracker:
             _core.ops().mark_step()
 
     def remove(self):
-        for h in self._handles + self._param_hooks:
+        for h in self._handles:
             h.remove()
         self._handles.clear()
-        self._param_hooks.clear()
+        _core.ops().unhook_params()

@@ -70,16 +70,15 @@ def off(loop):
 
 @contextlib.contextmanager
 def module_hooks(loop):
-    """Global module hooks that do nothing (pre, post, full backward): the floor of any
-    module-hook tool."""
+    """Global forward pre and post hooks that do nothing, of the kinds ampscope installs (post
+    with kwargs, always called): the floor of a module-hook tool. (Full backward hooks, which
+    ampscope does not use, would add a BackwardHook per module call.)"""
     from torch.nn.modules import module as m
     hs = [m.register_module_forward_pre_hook(lambda mod, args: None),
-          m.register_module_forward_hook(lambda mod, args, out: None),
-          m.register_module_full_backward_hook(lambda mod, gin, gout: None)]
+          m.register_module_forward_hook(lambda mod, args, kwargs, out: None, with_kwargs=True,
+                                         always_call=True)]
     try:
-        with warnings.catch_warnings():  # "no inputs require gradients": true, and harmless
-            warnings.simplefilter("ignore")
-            yield
+        yield
     finally:
         for h in hs:
             h.remove()
@@ -140,8 +139,9 @@ MODES = {
     "module hooks (no-op)": module_hooks,
     "param grad hooks (no-op)": param_hooks,
     "ampscope every=1000": ampscope_mode(1000),
+    "ampscope every=1000 per-op sentinel": ampscope_mode(1000, sentinel="ops"),
     "ampscope every=10": ampscope_mode(10),
-    "ampscope every=1, no op stats": ampscope_mode(1, ops="ampscope-bench-matches-no-op"),
+    "ampscope every=1 no op stats": ampscope_mode(1, ops="ampscope-bench-matches-no-op"),
     "ampscope every=1": ampscope_mode(1),
     "HF DebugUnderflowOverflow": None,  # its own hooked copy, see DuoLoop
     "torch detect_anomaly": detect_anomaly,
@@ -205,22 +205,27 @@ def cpu_info():
 
 def breakdown(r):
     """Additive cost centres per step (seconds), from differences of medians of one dtype.
-    "ops matching none" makes the observer return at its op lookup (no Call, no attribution, no
-    sentinel), so it isolates ampscope's hooks and the bare RecordFunction dispatch."""
+    "ops matching none" runs every op through ampscope's RecordFunction callback, which returns
+    at its op lookup (no stats, no sentinel): the dispatch cost of a recorded step."""
     hooks = r["module hooks (no-op)"] - r["off"]
     params = r["param grad hooks (no-op)"] - r["off"]
-    bare = r["ampscope every=1, no op stats"] - r["off"]
-    rest = r["ampscope every=1000"] - r["off"]
+    watch = r["ampscope every=1000"] - r["off"]
+    per_op = r["ampscope every=1000 per-op sentinel"] - r["off"]
+    dispatch = r["ampscope every=1 no op stats"] - r["ampscope every=1000"]
+    stats = r["ampscope every=1"] - r["ampscope every=1 no op stats"]
     recorded = r["ampscope every=1"] - r["ampscope every=1000"]
     return [
-        ("module hooks: the floor of global no-op hooks", hooks),
+        ("module hooks: the floor of global no-op forward hooks", hooks),
         ("parameter-gradient hooks: the floor of no-op hooks", params),
-        ("ampscope's hook bodies + bare RecordFunction dispatch beyond those floors "
-         "(every=1, ops matching none)", bare - hooks - params),
-        ("per-op work on an unrecorded step: call setup, layer attribution, non-finite "
-         "sentinel (every=1000 minus the line above)", rest - bare),
-        ("stats passes + aggregation, per recorded step (every=1 minus every=1000)", recorded),
-        ("every=10 predicted: every=1000 + (every=1 - every=1000) / 10", rest + recorded / 10),
+        ("the watch of an unsampled step beyond those floors: hook bodies, module-output and "
+         "gradient checks (every=1000 minus the floors)", watch - hooks - params),
+        ("  for comparison, the per-op sentinel instead (every=1000, sentinel='ops', minus off)",
+         per_op),
+        ("a recorded step: RecordFunction dispatch and op lookup on every op (every=1 with no "
+         "op matched, minus every=1000)", dispatch),
+        ("a recorded step: stats passes, attribution, aggregation (every=1 minus the line "
+         "above)", stats),
+        ("every=10 predicted: every=1000 + (every=1 - every=1000) / 10", watch + recorded / 10),
         ("every=10 measured", r["ampscope every=10"] - r["off"]),
     ]
 

@@ -50,6 +50,11 @@ struct ParamGradInfo {
 };
 /// Snapshot of every attached parameter's gradient record, in attach order.
 std::vector<ParamGradInfo> param_grads();
+/// Hooks one parameter of a front end with its own module tree (Python): its gradients are
+/// recorded by a C++ tensor hook, as an attached module's are, under `name`, owned by `layer`.
+void hook_param(const at::Tensor& param, const std::string& name, LayerId layer);
+/// Removes every parameter hook; the gradient records stay (the report is built after).
+void unhook_params();
 /// Records one gradient of a parameter known by name (front ends without C++ modules, e.g.
 /// Python): creates its record, owned by `layer` (registered with `layer_type`), on first use.
 void record_param_grad(const std::string& name, const std::string& layer,

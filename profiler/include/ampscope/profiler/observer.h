@@ -228,6 +228,11 @@ class Observer {
   /// True while the current step is watched by the front end (ObserverOptions::watch_unsampled,
   /// an unsampled step, the per-op sentinel not armed, no replay running on this thread).
   static bool watching_now();
+  /// How the current step is watched on this thread: 0 not watched (ops are observed: the
+  /// front end pushes layers); 1 watched with the op callbacks on (a GradScaler is in use: they
+  /// watch its updates and the ops outside every module, which needs the layer stack); 2
+  /// watched with the op callbacks off (the layer stack is not used).
+  static int watch_mode();
   /// True when a CPU floating tensor among `tensors` holds NaN/Inf (other tensors are not
   /// read). Reads each buffer once per step and version (shared with the per-op paths).
   static bool any_nonfinite(const std::vector<at::Tensor>& tensors);
