@@ -219,3 +219,11 @@ def test_a_clean_watched_run_has_no_finding_and_records_the_sampled_steps_only()
     calls = [sum(op["calls"] for layer in r["layers"] for op in layer["ops"]) for r in reports]
     # steps 0 and 4 of 6 recorded: a third of the calls
     assert calls[1] * 3 == calls[0]
+
+
+def test_the_per_op_sentinel_can_be_chosen_for_unsampled_steps():
+    chosen = train(fresh_model(), dict(every=4, sentinel="ops"), overflow_at_plant)
+    assert origin(chosen) == origin(train(fresh_model(), dict(every=1), overflow_at_plant))
+    assert not any("watched at module outputs" in n for n in chosen["run"]["notes"])
+    with pytest.raises(ValueError, match="sentinel"):
+        ampscope.profile(out=None, sentinel="everything")
