@@ -145,7 +145,10 @@ Stats compute_stats_chunked(const TensorView& view, ChunkRunner runner) {
   Stats result;
   const i64 n = view.numel();
   if (n <= 0 || view.data == nullptr) return result;
-  const i64 nchunks = (n + kStatsChunk - 1) / kStatsChunk;
+  // Chunks of kStatsChunk elements, longer for big tensors (64 chunks at most above 2 Mi
+  // elements, 1 Mi elements at most each): a function of n alone, so the result is too.
+  const i64 chunk = std::clamp<i64>((n / 64 + kBlock - 1) / kBlock * kBlock, kStatsChunk, i64{1} << 20);
+  const i64 nchunks = (n + chunk - 1) / chunk;
   if (nchunks < 2) {
     accumulate_stats(view, 0, n, result);
     return result;
@@ -153,12 +156,12 @@ Stats compute_stats_chunked(const TensorView& view, ChunkRunner runner) {
   std::vector<Stats> parts(static_cast<std::size_t>(nchunks));
   struct Work {
     const TensorView* view;
-    i64 n;
+    i64 n, chunk;
     std::vector<Stats>* parts;
-  } work{&view, n, &parts};
+  } work{&view, n, chunk, &parts};
   runner(nchunks, &work, [](void* ctx, i64 c) {
     auto* w = static_cast<Work*>(ctx);
-    accumulate_stats(*w->view, c * kStatsChunk, std::min(w->n, (c + 1) * kStatsChunk),
+    accumulate_stats(*w->view, c * w->chunk, std::min(w->n, (c + 1) * w->chunk),
                      (*w->parts)[static_cast<std::size_t>(c)]);
   });
   for (auto& p : parts) result.merge(p);

@@ -622,6 +622,7 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restric
 template <typename T, typename Block>
 AMP_AVX2 void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Block&& block) {
   const bool contig = v.is_contiguous();
+  const i64 total = v.numel();
   Gather g(v, contig ? 0 : begin, sizeof(T));
   const T* base = static_cast<const T*>(v.data) + (contig ? begin : 0);
   for (i64 pos = begin; pos < end; pos += kBlock) {
@@ -632,7 +633,7 @@ AMP_AVX2 void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Bl
       g.next(n, buf);
       src = buf;
     } else {
-      const i64 next_n = std::clamp<i64>(end - pos - 2 * kBlock, 0, kBlock);
+      const i64 next_n = std::clamp<i64>(total - pos - 2 * kBlock, 0, kBlock);  // see avx512
       pf.p = reinterpret_cast<const char*>(src + 2 * kBlock);
       pf.end = pf.p + next_n * static_cast<i64>(sizeof(T));
     }

@@ -458,6 +458,7 @@ AMP_512_TARGET __attribute__((noinline)) void block_avx512(const Load& load, u32
 template <typename T, typename Block>
 AMP_512 void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Block&& block) {
   const bool contig = v.is_contiguous();
+  const i64 total = v.numel();
   Gather g(v, contig ? 0 : begin, sizeof(T));
   const T* base = static_cast<const T*>(v.data) + (contig ? begin : 0);
   for (i64 pos = begin; pos < end; pos += kBlock) {
@@ -468,8 +469,10 @@ AMP_512 void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Blo
       g.next(n, buf);
       src = buf;
     } else {
+      // ahead within the whole tensor, not just [begin, end): a chunk of a split tensor is as
+      // short as the prefetch distance, and the next chunk's memory is valid to prefetch
       const i64 ahead = kPrefetchAhead * kBlock;
-      const i64 next_n = std::clamp<i64>(end - pos - ahead, 0, kBlock);
+      const i64 next_n = std::clamp<i64>(total - pos - ahead, 0, kBlock);
       pf.p = reinterpret_cast<const char*>(src + ahead);
       pf.end = pf.p + next_n * static_cast<i64>(sizeof(T));
     }

@@ -108,11 +108,12 @@ Stats compute_stats(const TensorView& view, int max_threads = 0);
 /// returns when all are done (e.g. over torch's intra-op pool).
 using ChunkRunner = void (*)(std::int64_t chunks, void* ctx, void (*body)(void* ctx, std::int64_t));
 
-/// The stats of every element of `view` in fixed chunks of kStatsChunk elements, run by
-/// `runner` and merged in chunk order: the result does not depend on how many threads ran them.
-/// Views shorter than two chunks are read on the calling thread.
+/// The stats of every element of `view` in chunks whose length depends on the element count
+/// alone (kStatsChunk, longer for big tensors), run by `runner` and merged in chunk order: the
+/// result does not depend on how many threads ran them. Views shorter than two chunks are read
+/// on the calling thread.
 Stats compute_stats_chunked(const TensorView& view, ChunkRunner runner);
-/// Elements per chunk of compute_stats_chunked (16 blocks of the CPU kernel).
+/// Shortest chunk of compute_stats_chunked (16 blocks of the CPU kernel).
 inline constexpr std::int64_t kStatsChunk = std::int64_t{1} << 15;
 
 /// The builds of the CPU stats kernel, chosen at run time (every build gives the same counts).
