@@ -227,3 +227,39 @@ def test_the_per_op_sentinel_can_be_chosen_for_unsampled_steps():
     assert not any("watched at module outputs" in n for n in chosen["run"]["notes"])
     with pytest.raises(ValueError, match="sentinel"):
         ampscope.profile(out=None, sentinel="everything")
+
+
+@pytest.mark.parametrize("kind", ["t5", "gpt2", "llama", "bert"])
+def test_stock_models_watched_stay_clean_and_train_exactly_as_unprofiled(kind):
+    """Real models nobody here wrote (transformers from configs, dropout on where the config
+    has it): with every=2 the unsampled steps are watched; nothing is found, and the losses are
+    those of the unprofiled run, bit for bit."""
+    transformers = pytest.importorskip("transformers")  # noqa: F841
+    from test_real_verdicts import BUILDERS, batch
+
+    def run(profiled):
+        model = BUILDERS[kind]()
+        model.train()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        b = batch(kind)
+        torch.manual_seed(5)  # dropout masks
+        losses = []
+        ctx = ampscope.profile(out=None, every=2) if profiled else None
+        if ctx:
+            ctx.__enter__()
+        for _ in range(5):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = model(**b).loss
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        if ctx:
+            ctx.__exit__(None, None, None)
+        return losses, ctx.report if ctx else None
+
+    plain, _ = run(False)
+    watched, report = run(True)
+    assert watched == plain
+    assert report["first_nonfinite"] is None and report["recommendations"] == []
+    assert any("watched at module outputs" in n for n in report["run"]["notes"])
