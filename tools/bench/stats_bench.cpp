@@ -44,8 +44,8 @@ void usage(const char* argv0) {
       "  tensors of each size (bytes) and dtype; prints the median of N interleaved repetitions,\n"
       "  then a compact table of throughput ratios: median wall time, best wall time, and process\n"
       "  CPU time (steadier on a loaded machine; with --threads 1 it is the one thread's time).\n"
-      "  --threads N        threads for both torch and the stats kernel (default: torch's default\n"
-      "                     for at::sum, hardware_concurrency for tensor_stats)\n"
+      "  --threads N        torch's intra-op threads, for at::sum and for tensor_stats, which runs\n"
+      "                     on torch's pool as the observer does (default: torch's default)\n"
       "  --composed-max S   largest size at which the composed ATen version is timed (default "
       "64M;\n"
       "                     it takes seconds per run); above it its time is extrapolated linearly\n"
@@ -174,7 +174,7 @@ Row measure(std::int64_t bytes, c10::ScalarType dt, const Options& opt,
   volatile double sink = 0;
   const bool timed_comp = bytes <= opt.composed_max;
   // Warm up each once, then interleave the repetitions.
-  st = ampscope::tensor_stats(t, opt.threads);
+  st = ampscope::tensor_stats(t);  // torch's pool, as the observer reads tensors
   sink = sink + at::sum(t).item<double>();
   const bool big = bytes >= (64 << 20);  // composed takes seconds there: one timed run
   if (timed_comp && !big) comp = composed_stats(t);
@@ -183,7 +183,7 @@ Row measure(std::int64_t bytes, c10::ScalarType dt, const Options& opt,
   for (int r = 0; r < opt.reps; ++r) {
     ts.push_back(seconds_of(
                      [&] {
-                       for (int k = 0; k < inner; ++k) st = ampscope::tensor_stats(t, opt.threads);
+                       for (int k = 0; k < inner; ++k) st = ampscope::tensor_stats(t);
                      },
                      &cpu_st) /
                  inner);
@@ -290,7 +290,7 @@ bool write_json(const std::vector<Row>& rows, const Options& opt) {
   if (f == nullptr) return false;
   std::fprintf(
       f, "{\n  \"benchmark\": \"stats\",\n  \"torch_threads\": %d,\n  \"stats_threads\": %d,\n",
-      at::get_num_threads(), opt.threads);
+      at::get_num_threads(), at::get_num_threads());
   std::fprintf(f, "  \"simd\": %s,\n  \"isa\": \"%s\",\n  \"cpu\": \"%s\",\n",
                ampscope::stats_simd() ? "true" : "false",
                std::string(ampscope::stats_isa_name(ampscope::stats_isa())).c_str(),
@@ -395,10 +395,8 @@ int main(int argc, char** argv) {
   std::printf("cpu: %s, %u hardware threads; best stats build: %s\n", cpu_model().c_str(),
               std::thread::hardware_concurrency(),
               std::string(ampscope::stats_isa_name(ampscope::stats_isa_best())).c_str());
-  std::printf("threads: at::sum %d, tensor_stats %s; stats kernel build: %s\n",
-              at::get_num_threads(),
-              opt.threads > 0 ? std::to_string(opt.threads).c_str() : "hardware_concurrency",
-              std::string(ampscope::stats_isa_name(ampscope::stats_isa())).c_str());
+  std::printf("threads: %d (torch's pool, at::sum and tensor_stats alike); stats kernel build: %s\n",
+              at::get_num_threads(), std::string(ampscope::stats_isa_name(ampscope::stats_isa())).c_str());
   std::printf("%-9s %-8s %10s %9s %10s %9s %8s %12s %9s %s\n", "size", "dtype", "stats ms", "GB/s",
               "sum ms", "GB/s", "st/sum", "composed ms", "comp/st", "");
   std::vector<Row> rows;
