@@ -4,6 +4,7 @@
 #include <ampscope/profiler/tensor_stats.h>
 
 #include <ATen/ATen.h>
+#include <ATen/SequenceNumber.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
@@ -121,6 +122,10 @@ struct Call : at::ObserverContext {
   Stats input_stats;                ///< ObserverOptions::input_stats: floating inputs
   std::uint64_t ext_id = 0;         ///< CUPTI external id pushed for this call (0: none)
   bool point = false;               ///< a compiled graph's observation point
+  /// Only the observer's callback is active: the ops its nested calls run need not be seen
+  /// (quiet_children).
+  bool quiet = false;
+  std::uint64_t seq0 = 0;  ///< the thread's autograd sequence number when the call started
   AutocastClass point_autocast = AutocastClass::kNone;  ///< what autocast did, from its graph
 };
 
@@ -144,6 +149,7 @@ struct ThreadState {
   std::unordered_map<const char*, OpInfo> by_pointer;   // dispatcher names are stable pointers
   std::unordered_map<std::string, OpInfo> by_name;      // autograd node names are not
   int replaying = 0;  // Observer::begin_replay depth: the per-op sentinel runs whatever the step
+  int quiet_at = -1;  // depth of the event below which RecordFunction is off (quiet_children)
   int graph_task = -2;                                  // the backward pass `producers` is of
   int loss_task = -2;                                   // the backward pass whose loss was checked
   std::unordered_map<const void*, Producer> producers;  // consumer node -> its producer
@@ -157,6 +163,8 @@ ThreadState& thread_state() {
     tls.generation = gen;
     tls.depth = 0;
     tls.replaying = 0;
+    if (tls.quiet_at >= 0) at::enableRecordFunction(true);
+    tls.quiet_at = -1;
     tls.top = nullptr;
     tls.by_pointer.clear();  // op filters may differ from the previous run's
     tls.by_name.clear();
@@ -485,6 +493,34 @@ std::int64_t update_scale_step(GlobalState& g) {
   return belongs;
 }
 
+/// True when the observer's callback is the only one active on this thread (no torch.profiler,
+/// no other observer).
+bool only_our_callbacks() {
+  return at::getStepCallbacks(at::RecordScope::FUNCTION).callbacks_.size() == 1;
+}
+
+/// Switches RecordFunction off for the ops the current event (at `depth`) runs inside it, until
+/// it ends (on_end switches it back). The observer needs only top-level calls and their direct
+/// nested calls (autocast's inner call and casts); the rest (an `aten::to`'s `_to_copy`,
+/// `empty_strided`, `copy_`; an autograd node's arithmetic) was most of the callbacks a recorded
+/// step paid for. Autograd nodes their ops create are attributed through the sequence numbers the
+/// top-level call spanned (finish_forward_ring). Never while another callback is active.
+void quiet_children(ThreadState& t, int depth, bool allowed) {
+  if (!allowed || t.quiet_at >= 0) return;
+  at::enableRecordFunction(false);
+  t.quiet_at = depth;
+}
+
+/// The layer of every autograd node a top-level call created, nested calls included: the
+/// sequence numbers it spanned on this thread.
+void finish_forward_ring(ThreadState& t, const at::RecordFunction& fn, const Call& call) {
+  if (call.phase == Phase::kBackward || call.node) return;
+  const std::uint64_t end = at::sequence_number::peek();
+  if (end <= call.seq0) return;
+  SeqRing& ring = forward_ring(t, fn);
+  for (std::uint64_t s = call.seq0; s < end; ++s) ring.put(static_cast<std::int64_t>(s), call.layer);
+}
+
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   auto& g = global();
   if (!g.running.load(std::memory_order_relaxed)) return nullptr;
@@ -517,15 +553,24 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   bool backward = fn.scope() == at::RecordScope::BACKWARD_FUNCTION;
   try {
     if (depth == 0) {
-      if (sentinel && watched(g, step, t) && watch_skips(fn, t)) return nullptr;
+      if (sentinel && watched(g, step, t) && watch_skips(fn, t)) {
+        quiet_children(t, depth, only_our_callbacks());
+        return nullptr;
+      }
       const OpInfo& info = lookup(t, fn);
-      if (info.internal || info.filtered_out) return nullptr;
+      if (info.internal || info.filtered_out) {
+        quiet_children(t, depth, only_our_callbacks());
+        return nullptr;
+      }
       auto call = std::make_unique<Call>();
       call->info = &info;
       call->step = step;
       call->sentinel = sentinel;
+      call->seq0 = at::sequence_number::peek();  // (fn.seqNr() is -1 for some calls)
+      call->quiet = only_our_callbacks();
       if (backward) {
         start_backward_top(t, fn, *call);
+        quiet_children(t, depth, call->quiet);  // a node's own arithmetic: nothing to see
       } else {
         start_forward_top(t, fn, *call);
       }
@@ -535,8 +580,10 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
     }
     Call* top = t.top;
     if (!top || backward) return nullptr;
-    if (top->phase != Phase::kBackward) forward_ring(t, fn).put(fn.seqNr(), top->layer);
-    if (depth != 1 || top->skip) return nullptr;
+    if (depth != 1) return nullptr;
+    // the direct nested calls are what autocast did; what they run inside is not needed
+    quiet_children(t, depth, top->quiet);
+    if (top->skip) return nullptr;
     const OpInfo& info = lookup(t, fn);
     if (info.cast) {
       ++top->pending_casts;
@@ -977,6 +1024,10 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     return;
   }
   if (t.depth > 0) --t.depth;
+  if (t.quiet_at >= 0 && t.depth == t.quiet_at) {  // the event that switched it off ends
+    at::enableRecordFunction(true);
+    t.quiet_at = -1;
+  }
   if (!ctx) return;
   auto* call = static_cast<Call*>(ctx);
   try {
@@ -990,6 +1041,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     }
     if (t.top == call) t.top = nullptr;
     if (call->ext_id != 0) device_call_end();
+    finish_forward_ring(t, fn, *call);
     if (call->skip) return;
     at::DisableRecordFunctionGuard no_observe;  // our own tensor work is not the user's
     finish_top(fn, *call, t);
