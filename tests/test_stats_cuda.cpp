@@ -30,7 +30,7 @@ using ampscope::kNumFormats;
 using ampscope::Stats;
 namespace detail = ampscope::detail;
 
-constexpr std::uint32_t kTh[detail::kNumThresholds] = {AMPSCOPE_FORMAT_THRESHOLDS};
+constexpr const std::uint32_t (&kTh)[ampscope::kNumThresholds] = ampscope::kFormatThresholds.v;
 
 bool have_cuda() { return ampscope::cuda_stats_available() && at::hasCUDA(); }
 

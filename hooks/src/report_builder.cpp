@@ -11,25 +11,11 @@ reports::OpRecord to_record(const OpKey& key, const OpAggregate& agg,
   reports::OpRecord r;
   r.op = key.op < op_names.size() ? op_names[key.op] : "?";
   r.phase = std::string(phase_name(key.phase));
-  r.calls = agg.calls;
+  static_cast<EntryStats&>(r) = agg;
   r.input_dtype = dtype_name(key.input_dtype);
   r.compute_dtype = dtype_name(key.compute_dtype);
   r.output_dtype = dtype_name(key.output_dtype);
   r.autocast = std::string(autocast_class_name(key.autocast));
-  r.casts = agg.casts;
-  r.first_step = agg.first_step;
-  r.last_step = agg.last_step;
-  r.nonfinite_from_finite = agg.nonfinite_from_finite;
-  r.first_nonfinite_step = agg.first_nonfinite_step;
-  r.benign_nonfinite = agg.benign_nonfinite;
-  r.harmful_nonfinite = agg.harmful_nonfinite;
-  r.fp32_finite = agg.fp32_finite;
-  r.fp32_nonfinite = agg.fp32_nonfinite;
-  r.stats = agg.stats;
-  if (agg.input_stats.count > 0) r.input_stats = agg.input_stats;
-  r.absmax_by_step = agg.absmax_by_step;
-  r.shadow = agg.shadow;
-  r.kernels = agg.kernels;
   return r;
 }
 

@@ -16,6 +16,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -24,6 +25,7 @@
 #include "ivalue_tensors.h"
 #include "nonfinite_scan.h"
 #include "observer_device.h"
+#include "own_work.h"
 #include "provenance.h"
 #include "read_cache.h"
 #include "recheck.h"
@@ -150,12 +152,14 @@ struct ThreadState {
   std::unordered_map<std::string, OpInfo> by_name;      // autograd node names are not
   int replaying = 0;  // Observer::begin_replay depth: the per-op sentinel runs whatever the step
   int quiet_at = -1;  // depth of the event below which RecordFunction is off (quiet_children)
+  bool busy = false;  // inside OwnWork: the ops that run are the observer's own
   int graph_task = -2;                                  // the backward pass `producers` is of
   int loss_task = -2;                                   // the backward pass whose loss was checked
   std::unordered_map<const void*, Producer> producers;  // consumer node -> its producer
 };
 
 thread_local ThreadState tls;
+
 
 ThreadState& thread_state() {
   auto gen = global().generation.load(std::memory_order_acquire);
@@ -165,6 +169,7 @@ ThreadState& thread_state() {
     tls.replaying = 0;
     if (tls.quiet_at >= 0) at::enableRecordFunction(true);
     tls.quiet_at = -1;
+    tls.busy = false;
     tls.top = nullptr;
     tls.by_pointer.clear();  // op filters may differ from the previous run's
     tls.by_name.clear();
@@ -434,7 +439,7 @@ void resolve_pending_by_scaler(const at::RecordFunction& fn) {
   if (!global().have_pending.load(std::memory_order_acquire)) return;
   auto inputs = fn.inputs();
   if (inputs.size() < 3 || !inputs[2].isTensor() || !inputs[2].toTensor().defined()) return;
-  at::DisableRecordFunctionGuard no_observe;
+  OwnWork own;
   if (inputs[2].toTensor().item<double>() != 0.0) {
     scaler_catches_pending();
   } else {
@@ -499,6 +504,16 @@ bool only_our_callbacks() {
   return at::getStepCallbacks(at::RecordScope::FUNCTION).callbacks_.size() == 1;
 }
 
+std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn);
+
+/// True when a callback other than the observer's is active on this thread.
+bool others_observing() {
+  for (const auto& c : at::getStepCallbacks(at::RecordScope::FUNCTION).callbacks_) {
+    if (c.start_ != &on_start) return true;
+  }
+  return false;
+}
+
 /// Switches RecordFunction off for the ops the current event (at `depth`) runs inside it, until
 /// it ends (on_end switches it back). The observer needs only top-level calls and their direct
 /// nested calls (autocast's inner call and casts); the rest (an `aten::to`'s `_to_copy`,
@@ -525,6 +540,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   auto& g = global();
   if (!g.running.load(std::memory_order_relaxed)) return nullptr;
   auto& t = thread_state();
+  if (t.busy) return nullptr;
   if (is_engine_wrapper(fn) || is_point_call(fn)) return std::make_unique<EngineWrapper>();
   if (t.depth == 0 && is_compiled_region(fn)) {
     ++compiled_regions();
@@ -628,7 +644,7 @@ std::vector<PendingLossScale>& pending_loss_scales() {
 /// Reads every pending update into g.loss_scale, in order (one device sync for the batch).
 /// Caller holds records_mu.
 void resolve_pending_loss_scales(GlobalState& g) {
-  at::DisableRecordFunctionGuard no_observe;
+  OwnWork own;
   for (auto& p : pending_loss_scales()) {
     std::optional<c10::StreamGuard> on_stream;
     if (p.stream.device_type() != c10::DeviceType::CPU) on_stream.emplace(p.stream);
@@ -646,7 +662,7 @@ void record_loss_scale(const Call& call, std::int64_t step) {
   const at::Tensor& scale = call.inputs[0].toTensor();
   const at::Tensor& found_inf = call.inputs[2].toTensor();
   if (!scale.defined() || !found_inf.defined()) return;
-  at::DisableRecordFunctionGuard no_observe;
+  OwnWork own;
   const auto device = scale.device();
   PendingLossScale p{step, scale.clone(), found_inf.clone(),
                      c10::impl::getDeviceGuardImpl(device.type())->getStream(device)};
@@ -918,7 +934,7 @@ void fold_call(OpAggregate& entry, OpAggregate&& one, std::int64_t step) {
   } else {
     entry.merge(one);
   }
-  if (finite) append_series(entry.absmax_by_step, step, absmax);
+  if (finite) add_series_point(entry.absmax_by_step, step, absmax);
 }
 
 /// True when the op returned one of its inputs itself (dropout with p=0, contiguous of a
@@ -966,7 +982,7 @@ void finish_op(const at::RecordFunction& fn, Call& call, ThreadState& t, const O
       call.info->uninitialized || call.info->view || returns_an_input(call, outputs);
   if (!call.sentinel) {
     agg.casts = call.inner_seen ? call.pending_casts : 0;
-    agg.input_stats = std::move(call.input_stats);
+    if (call.input_stats.count > 0) agg.input_stats = std::move(call.input_stats);
   }
   if (!call.sentinel && !wide_optimizer_output(call, key)) {
     if (!passthrough) agg.stats = stats_of(outputs);
@@ -1019,6 +1035,7 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
 }
 void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   auto& t = thread_state();
+  if (t.busy) return;
   if (ctx && dynamic_cast<EngineWrapper*>(ctx)) {
     if (dynamic_cast<CompiledRegion*>(ctx)) --compiled_regions();
     return;
@@ -1043,7 +1060,7 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
     if (call->ext_id != 0) device_call_end();
     finish_forward_ring(t, fn, *call);
     if (call->skip) return;
-    at::DisableRecordFunctionGuard no_observe;  // our own tensor work is not the user's
+    OwnWork own;
     finish_top(fn, *call, t);
   } catch (const std::exception&) {
     if (t.top == call) t.top = nullptr;
@@ -1087,6 +1104,14 @@ void on_step_end() {
 }
 
 }  // namespace
+
+OwnWork::OwnWork() : was_busy_(tls.busy) {
+  if (others_observing()) others_off_.emplace();
+  tls.busy = true;
+}
+
+OwnWork::~OwnWork() { tls.busy = was_busy_; }
+
 }  // namespace detail
 
 void Observer::start(const ObserverOptions& options) {
@@ -1188,7 +1213,7 @@ bool Observer::nonfinite_pending() {
 void Observer::check_module_outputs(const std::vector<at::Tensor>& outputs) {
   auto& prov = detail::provenance();
   if (!detail::global().running.load() || !prov.any_tainted()) return;
-  at::DisableRecordFunctionGuard no_observe;
+  detail::OwnWork own;
   for (const at::Tensor& t : outputs) {
     const std::int64_t id = prov.origin_of(t);
     if (id >= 0 && t.is_floating_point() && detail::has_nonfinite(t)) {
@@ -1215,7 +1240,7 @@ void Observer::check_param_grad(LayerId layer, const std::string& param, const a
   if (!detail::global().running.load() || detail::global().have_first_nonfinite.load()) return;
   const std::int64_t step = detail::global().step.load();
   if (!grad.defined() || !grad.is_floating_point() || !detail::cached_has_nonfinite(grad, step)) return;
-  at::DisableRecordFunctionGuard no_observe;
+  detail::OwnWork own;
   // on a watched step no node was observed: the op is named if it happens again
   if (watching_now()) detail::arm(detail::global());
   note_nonfinite_param_grad(layer, param, detail::cached_stats(grad, step).nan > 0);
@@ -1236,7 +1261,7 @@ int Observer::watch_mode() {
 bool Observer::any_nonfinite(const std::vector<at::Tensor>& tensors) {
   auto& g = detail::global();
   if (!g.running.load(std::memory_order_relaxed)) return false;
-  at::DisableRecordFunctionGuard no_observe;
+  detail::OwnWork own;
   const std::int64_t step = g.step.load(std::memory_order_relaxed);
   for (const at::Tensor& t : tensors) {
     if (detail::is_floating(t) && t.device().is_cpu() && stats_supported(t) &&

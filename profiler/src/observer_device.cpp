@@ -137,7 +137,7 @@ bool apply(const EntryOwner& owner, const Deferred& r, std::uint64_t origin_seq)
     const Stats& s = r.stats.stats;
     if (s.count == 0) return true;
     e.stats.merge(s);
-    if (s.finite() > 0) append_series(e.absmax_by_step, step, s.absmax);
+    if (s.finite() > 0) add_series_point(e.absmax_by_step, step, s.absmax);
     if (origin_seq != 0 && r.stats.first_nonfinite_seq == origin_seq) {
       ++e.nonfinite_from_finite;
       if (e.first_nonfinite_step < 0 || step < e.first_nonfinite_step)

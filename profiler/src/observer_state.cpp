@@ -55,43 +55,9 @@ bool OpKey::operator==(const OpKey& o) const {
          autocast == o.autocast;
 }
 
-void OpAggregate::add_nonfinite_counts(const OpAggregate& o) {
-  nonfinite_from_finite += o.nonfinite_from_finite;
-  benign_nonfinite += o.benign_nonfinite;
-  harmful_nonfinite += o.harmful_nonfinite;
-  fp32_finite += o.fp32_finite;
-  fp32_nonfinite += o.fp32_nonfinite;
-  if (o.first_nonfinite_step >= 0 &&
-      (first_nonfinite_step < 0 || o.first_nonfinite_step < first_nonfinite_step)) {
-    first_nonfinite_step = o.first_nonfinite_step;
-  }
-}
-
-bool OpAggregate::has_nonfinite_counts() const {
-  return nonfinite_from_finite != 0 || benign_nonfinite != 0 || harmful_nonfinite != 0 || fp32_finite != 0 ||
-         fp32_nonfinite != 0 || first_nonfinite_step >= 0;
-}
-
 void OpAggregate::merge(const OpAggregate& o) {
-  if (calls == 0 && o.calls > 0) {
-    // Only sentinel counts here so far (unsampled steps): take o's block, keep the counts.
-    OpAggregate counts = std::move(*this);
-    *this = o;
-    add_nonfinite_counts(counts);
-    return;
-  }
-  add_nonfinite_counts(o);
-  if (o.calls == 0) return;
-  calls += o.calls;
-  casts += o.casts;
-  first_step = std::min(first_step, o.first_step);
-  last_step = std::max(last_step, o.last_step);
-  stats.merge(o.stats);
-  input_stats.merge(o.input_stats);
-  shadow.merge(o.shadow);
-  kernels.merge(o.kernels);
+  EntryStats::merge(o);
   shadow_step = std::max(shadow_step, o.shadow_step);
-  for (const auto& [step, v] : o.absmax_by_step) detail::append_series(absmax_by_step, step, v);
 }
 
 std::size_t OpKeyHash::operator()(const OpKey& k) const noexcept {
@@ -140,27 +106,6 @@ LayerId SeqRing::get(std::int64_t seq) const {
   auto packed = slots_[static_cast<std::size_t>(seq) & (kSize - 1)].load(std::memory_order_relaxed);
   if ((packed >> 24) != static_cast<std::uint64_t>(seq + 1)) return -1;
   return static_cast<LayerId>(packed & 0xFFFFFF) - 1;
-}
-
-void append_series(std::vector<std::pair<std::int64_t, double>>& series, std::int64_t step,
-                   double absmax) {
-  // The series stays sorted by step. The hot case (a call in the current step) touches only
-  // the back; merging other threads' series may insert in the middle.
-  if (series.empty() || series.back().first < step) {
-    series.emplace_back(step, absmax);
-  } else if (series.back().first == step) {
-    series.back().second = std::max(series.back().second, absmax);
-    return;
-  } else {
-    auto it = std::lower_bound(series.begin(), series.end(), step,
-                               [](const auto& point, std::int64_t s) { return point.first < s; });
-    if (it != series.end() && it->first == step) {
-      it->second = std::max(it->second, absmax);
-      return;
-    }
-    series.insert(it, {step, absmax});
-  }
-  if (series.size() > kMaxSeriesPoints) halve_series(series);
 }
 
 void append_loss_scale(std::vector<LossScaleRecord>& series, const LossScaleRecord& rec) {

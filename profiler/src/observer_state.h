@@ -47,10 +47,6 @@ class SeqRing {
   std::unique_ptr<std::atomic<std::uint64_t>[]> slots_{new std::atomic<std::uint64_t>[kSize]()};
 };
 
-/// Appends (step, absmax) to a bounded series; halves it (keeping maxima) when full.
-void append_series(std::vector<std::pair<std::int64_t, double>>& series, std::int64_t step,
-                   double absmax);
-
 /// Appends a GradScaler update to a bounded series (at most about kMaxLossScale points): past
 /// the bound the older half is thinned, keeping every found-inf update.
 void append_loss_scale(std::vector<LossScaleRecord>& series, const LossScaleRecord& rec);

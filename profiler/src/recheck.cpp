@@ -10,6 +10,8 @@
 #include <cmath>
 #include <mutex>
 
+#include "own_work.h"
+
 namespace ampscope::detail {
 namespace {
 
@@ -172,7 +174,7 @@ std::optional<Fp32Check> recheck_fp32(const at::RecordFunction& fn,
   auto handle = c10::Dispatcher::singleton().findOp(*name);
   if (!handle) return std::nullopt;
   try {
-    at::DisableRecordFunctionGuard no_observe;
+    OwnWork own;
     at::NoGradGuard no_grad;
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     torch::jit::Stack stack;

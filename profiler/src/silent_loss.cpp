@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "observer_state.h"
+#include "own_work.h"
 #include "read_cache.h"
 #include "recheck.h"
 #include "silent_loss_hooks.h"
@@ -50,23 +51,20 @@ namespace {
 
 /// The stats format of a low-precision dtype; false for float32/float64 and non-floating ones.
 bool format_of(c10::ScalarType t, Format* f) {
-  switch (t) {
-    case at::kHalf:
-      *f = Format::kFloat16;
+  for (const FormatTraits& traits : kFormats) {
+    if (traits.torch_dtype == static_cast<int>(t)) {
+      *f = traits.format;
       return true;
-    case at::kBFloat16:
-      *f = Format::kBFloat16;
-      return true;
-    case at::kFloat8_e4m3fn:
-      *f = Format::kFloat8E4M3FN;
-      return true;
-    case at::kFloat8_e5m2:
-      *f = Format::kFloat8E5M2;
-      return true;
-    default:
-      return false;
+    }
   }
+  return false;
 }
+
+// formats.h is torch-free: its dtype numbers are checked here.
+static_assert(traits(Format::kFloat16).torch_dtype == static_cast<int>(at::kHalf));
+static_assert(traits(Format::kBFloat16).torch_dtype == static_cast<int>(at::kBFloat16));
+static_assert(traits(Format::kFloat8E4M3FN).torch_dtype == static_cast<int>(at::kFloat8_e4m3fn));
+static_assert(traits(Format::kFloat8E5M2).torch_dtype == static_cast<int>(at::kFloat8_e5m2));
 
 /// True when casting `from` to `to` can lose values: `to` is a low-precision format and `from`
 /// a different floating dtype whose range is not inside it (float16 -> bfloat16 loses none).
@@ -85,16 +83,9 @@ std::optional<c10::ScalarType> cast_target(c10::ArrayRef<c10::IValue> inputs) {
   return std::nullopt;
 }
 
-/// floor(log2) of the largest magnitude format `f` rounds to 0 (stats_thresholds.h's Tu, a power
-/// of two): values of lower binades all become 0.
-int underflow_exponent(Format f) {
-  switch (f) {
-    case Format::kFloat16: return -25;
-    case Format::kBFloat16: return -134;
-    case Format::kFloat8E4M3FN: return -10;
-    default: return -17;  // float8_e5m2
-  }
-}
+/// floor(log2) of the largest magnitude format `f` rounds to 0: values of lower binades all
+/// become 0.
+int underflow_exponent(Format f) { return traits(f).underflow_exp; }
 
 /// Upper bound of the sum of squares of the `underflow` values of `s` that format `f` rounds to
 /// 0: each binade below the threshold at its top, the rest (exactly the threshold) at it.
@@ -200,7 +191,7 @@ std::optional<CastLossCounts> source_loss(const at::Tensor& src, c10::ScalarType
   if (src.is_cuda() || !stats_supported(src)) return std::nullopt;  // no host sync per op
   const bool param = src.is_leaf() && src.requires_grad();
   if (param && !first_param_cast(src.unsafeGetTensorImpl(), to, step)) return std::nullopt;
-  at::DisableRecordFunctionGuard no_observe;
+  OwnWork own;
   CastLossCounts c = counts_of(cached_stats(src, step), f, step);  // often read as an output
   c.parameter = param;
   c.source_dtype = static_cast<std::int8_t>(src.scalar_type());

@@ -1,43 +1,10 @@
-// The stats block: exponent histogram, merging, derived values, format names, tensor views.
+// The stats block: exponent histogram, merging, derived values, tensor views.
 #include "ampscope/profiler/stats.h"
 
 #include <algorithm>
 #include <cmath>
 
 namespace ampscope {
-
-// ---------------------------------------------------------------- formats
-
-std::string_view format_name(Format f) {
-  switch (f) {
-    case Format::kFloat16: return "float16";
-    case Format::kBFloat16: return "bfloat16";
-    case Format::kFloat8E4M3FN: return "float8_e4m3fn";
-    case Format::kFloat8E5M2: return "float8_e5m2";
-  }
-  return "unknown";
-}
-
-bool format_from_name(std::string_view name, Format* out) {
-  for (int i = 0; i < kNumFormats; ++i) {
-    const auto f = static_cast<Format>(i);
-    if (format_name(f) == name) {
-      if (out != nullptr) *out = f;
-      return true;
-    }
-  }
-  return false;
-}
-
-double format_max(Format f) {
-  switch (f) {
-    case Format::kFloat16: return 65504.0;
-    case Format::kBFloat16: return std::ldexp(255.0, 120);  // (2 - 2^-7) * 2^127
-    case Format::kFloat8E4M3FN: return 448.0;
-    case Format::kFloat8E5M2: return 57344.0;
-  }
-  return 0.0;
-}
 
 // ---------------------------------------------------------------- ExpHist
 

@@ -35,7 +35,7 @@ constexpr u32 kAbs = 0x7FFFFFFFu;
 constexpr u32 kInf = 0x7F800000u;
 constexpr u16 kNoThreshold = 0xFFFFu;
 
-__constant__ u32 kThDev[kNumThresholds] = {AMPSCOPE_FORMAT_THRESHOLDS};
+__constant__ ThresholdTable kThDev = make_threshold_table();
 
 /// Histogram bin (floor(log2) + 149) of a nonzero finite float32 magnitude.
 __host__ __device__ inline int bin_of(u32 m) {
@@ -86,8 +86,8 @@ __device__ inline void visit(u32 x, ThreadAcc& a, BlockShared& sh) {
   const u16 t = sh.table[bin];
   if (t != kNoThreshold) {
     const u32 k0 = t & 0xFFu, k1 = t >> 8;
-    if (m < kThDev[k0]) atomicAdd(&sh.below[k0 * kLanes + lane], 1u);
-    if (k1 != 0xFFu && m < kThDev[k1]) atomicAdd(&sh.below[k1 * kLanes + lane], 1u);
+    if (m < kThDev.v[k0]) atomicAdd(&sh.below[k0 * kLanes + lane], 1u);
+    if (k1 != 0xFFu && m < kThDev.v[k1]) atomicAdd(&sh.below[k1 * kLanes + lane], 1u);
   }
 }
 
@@ -107,7 +107,7 @@ __device__ void init_shared(BlockShared& sh) {
     u16 t = kNoThreshold;
     int found = 0;
     for (int k = 0; k < kNumThresholds; ++k) {
-      if (bin_of(kThDev[k]) != b) continue;
+      if (bin_of(kThDev.v[k]) != b) continue;
       t = found == 0 ? static_cast<u16>(0xFF00u | k) : static_cast<u16>((t & 0xFFu) | (k << 8));
       ++found;
     }
@@ -273,8 +273,7 @@ int launch_stats_kernel(const StatsLaunch& l, DeviceSlot* slot, int sm_count, vo
 }
 
 int threshold_binade(int k) {
-  static constexpr u32 kTh[kNumThresholds] = {AMPSCOPE_FORMAT_THRESHOLDS};
-  return bin_of(kTh[k]) - kExpOffset32;
+  return bin_of(kFormatThresholds.v[k]) - kExpOffset32;
 }
 
 }  // namespace ampscope::detail

@@ -30,7 +30,7 @@ inline constexpr int kBlock = 2048;  // elements per block (8 KiB of float32 bit
 inline constexpr int kNumTh = kNumThresholds;
 
 /// Thresholds on |float32 bits|, counted as "|x| < T" (shared with the CUDA kernel).
-inline constexpr u32 kTh[kNumTh] = {AMPSCOPE_FORMAT_THRESHOLDS};
+inline constexpr const u32 (&kTh)[kNumTh] = kFormatThresholds.v;
 
 inline constexpr u32 kAbs32 = 0x7FFFFFFFu;
 inline constexpr u32 kInf32 = 0x7F800000u;

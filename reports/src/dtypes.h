@@ -18,26 +18,10 @@ inline bool as_format(const std::string& dtype, Format* f) {
 }
 
 /// floor(log2) of the smallest normal value of a format.
-inline int min_normal_exp(Format f) {
-  switch (f) {
-    case Format::kFloat16: return -14;
-    case Format::kBFloat16: return -126;
-    case Format::kFloat8E4M3FN: return -6;
-    case Format::kFloat8E5M2: return -14;
-  }
-  return 0;
-}
+inline int min_normal_exp(Format f) { return traits(f).min_normal_exp; }
 
 /// floor(log2) of the largest finite value of a format.
-inline int max_exp(Format f) {
-  switch (f) {
-    case Format::kFloat16: return 15;
-    case Format::kBFloat16: return 127;
-    case Format::kFloat8E4M3FN: return 8;
-    case Format::kFloat8E5M2: return 15;
-  }
-  return 0;
-}
+inline int max_exp(Format f) { return traits(f).max_exp; }
 
 /// True when tensors of `dtype` can hold values that `f` cannot represent, so that their
 /// overflow/underflow counts for `f` are informative (a float16 tensor's float16 counts are 0
@@ -45,9 +29,9 @@ inline int max_exp(Format f) {
 inline bool wider_than(const std::string& dtype, Format f) {
   const std::string d = bare(dtype);
   if (d == "float32" || d == "float64") return true;
-  if (d == "bfloat16") return f != Format::kBFloat16;
-  if (d == "float16") return f == Format::kFloat8E4M3FN || f == Format::kFloat8E5M2;
-  return false;
+  Format g;
+  if (!format_from_name(d, &g) || g == f) return false;
+  return traits(g).max > traits(f).max || min_subnormal_exp(g) < min_subnormal_exp(f);
 }
 
 }  // namespace ampscope::reports::dtypes

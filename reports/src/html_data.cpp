@@ -17,34 +17,6 @@ namespace {
 
 using json = nlohmann::json;
 
-/// Mantissa bits of each format: the smallest subnormal is 2^(min_normal_exp - bits).
-int mantissa_bits(Format f) {
-  switch (f) {
-    case Format::kFloat16:
-      return 10;
-    case Format::kBFloat16:
-      return 7;
-    case Format::kFloat8E4M3FN:
-      return 3;
-    case Format::kFloat8E5M2:
-      return 2;
-  }
-  return 0;
-}
-
-const char* short_name(Format f) {
-  switch (f) {
-    case Format::kFloat16:
-      return "fp16";
-    case Format::kBFloat16:
-      return "bf16";
-    case Format::kFloat8E4M3FN:
-      return "fp8 e4m3";
-    case Format::kFloat8E5M2:
-      return "fp8 e5m2";
-  }
-  return "";
-}
 
 /// A number that is only drawn: 6 significant digits keep the page small; null when not finite.
 json drawn(double v) {
@@ -108,15 +80,13 @@ json layer_json(const Layer& l, Strings& str) {
 
 json formats_json() {
   json out = json::array();
-  for (int i = 0; i < kNumFormats; ++i) {
-    const auto f = static_cast<Format>(i);
-    const int min_normal = dtypes::min_normal_exp(f);
-    out.push_back({{"name", std::string(format_name(f))},
-                   {"short", short_name(f)},
-                   {"min_sub", min_normal - mantissa_bits(f)},
-                   {"min_normal", min_normal},
-                   {"max_exp", dtypes::max_exp(f)},
-                   {"max", format_max(f)}});
+  for (const FormatTraits& f : kFormats) {
+    out.push_back({{"name", std::string(f.name)},
+                   {"short", std::string(f.label)},
+                   {"min_sub", min_subnormal_exp(f.format)},
+                   {"min_normal", f.min_normal_exp},
+                   {"max_exp", f.max_exp},
+                   {"max", f.max}});
   }
   return out;
 }

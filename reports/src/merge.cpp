@@ -83,20 +83,6 @@ void merge_stats(Stats& into, const Stats& s, const std::string& where) {
   into.merge(s);
 }
 
-void merge_counts(OpRecord& into, const OpRecord& op, const std::string& w) {
-  add(into.calls, op.calls, w + " calls");
-  add(into.casts, op.casts, w + " casts");
-  add(into.nonfinite_from_finite, op.nonfinite_from_finite, w + " nonfinite_from_finite");
-  add(into.benign_nonfinite, op.benign_nonfinite, w + " benign_nonfinite");
-  add(into.harmful_nonfinite, op.harmful_nonfinite, w + " harmful_nonfinite");
-  add(into.fp32_finite, op.fp32_finite, w + " fp32_finite");
-  add(into.fp32_nonfinite, op.fp32_nonfinite, w + " fp32_nonfinite");
-  std::int64_t launches = into.kernels.launches, time_ns = into.kernels.time_ns;
-  add(launches, op.kernels.launches, w + " kernels.launches");
-  add(time_ns, op.kernels.time_ns, w + " kernels.time_ns");
-  into.kernels.merge(op.kernels);
-}
-
 /// Matching records added, the others appended.
 template <typename Rec, typename Same>
 void merge_records(std::vector<Rec>& into, const std::vector<Rec>& from, Same same) {
@@ -116,25 +102,12 @@ void merge_silent_loss(OpRecord& into, const OpRecord& op) {
 }
 
 void merge_op(OpRecord& into, const OpRecord& op, const std::string& w) {
-  merge_counts(into, op, w);
-  into.first_step = std::min(into.first_step, op.first_step);
-  into.last_step = std::max(into.last_step, op.last_step);
-  if (op.first_nonfinite_step >= 0 &&
-      (into.first_nonfinite_step < 0 || op.first_nonfinite_step < into.first_nonfinite_step)) {
-    into.first_nonfinite_step = op.first_nonfinite_step;
+  try {
+    into.merge(op);
+  } catch (const std::overflow_error& e) {
+    throw std::overflow_error(w + " " + e.what());
   }
-  merge_stats(into.stats, op.stats, w);
-  if (op.input_stats) {
-    if (into.input_stats) merge_stats(*into.input_stats, *op.input_stats, w + " input_stats");
-    else into.input_stats = op.input_stats;
-  }
-  into.shadow.merge(op.shadow);
   merge_silent_loss(into, op);
-  // Per step, the maximum over ranks.
-  std::map<std::int64_t, double> series(into.absmax_by_step.begin(), into.absmax_by_step.end());
-  for (const auto& [step, v] : op.absmax_by_step) series[step] = std::max(series[step], v);
-  into.absmax_by_step.assign(series.begin(), series.end());
-  while (into.absmax_by_step.size() > kMaxSeries) halve_series(into.absmax_by_step);
 }
 
 void merge_params(Layer& into, const Layer& layer) {

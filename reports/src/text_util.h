@@ -72,11 +72,9 @@ inline std::string short_dtype(const std::string& d) {
   std::string s = d.rfind("torch.", 0) == 0 ? d.substr(6) : d;
   if (s.empty()) return "-";
   if (s == "float32") return "fp32";
-  if (s == "float16") return "fp16";
-  if (s == "bfloat16") return "bf16";
   if (s == "float64") return "fp64";
-  if (s == "float8_e4m3fn") return "fp8e4m3";
-  if (s == "float8_e5m2") return "fp8e5m2";
+  Format f;
+  if (format_from_name(s, &f)) return std::string(traits(f).short_name);
   return s;
 }
 

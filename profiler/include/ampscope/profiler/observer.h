@@ -6,6 +6,7 @@
 // stacks are per thread and set by the hooks/ component; the observer knows layers only as ids.
 #pragma once
 
+#include <ampscope/profiler/entry_stats.h>
 #include <ampscope/profiler/fp32_check.h>
 #include <ampscope/profiler/kernel_trace.h>
 #include <ampscope/profiler/name_filter.h>
@@ -37,9 +38,6 @@ std::string_view phase_name(Phase p);
 enum class AutocastClass : std::uint8_t { kNone = 0, kLowerPrecision, kFp32, kPromote };
 /// "none" | "lower_precision" | "fp32" | "promote".
 std::string_view autocast_class_name(AutocastClass c);
-
-/// Most points an op's per-step series keeps; longer runs are down-sampled (maxima kept).
-inline constexpr std::size_t kMaxSeriesPoints = 256;
 
 struct ObserverOptions {
   /// Record steps 0, N, 2N, ... only. On the others the recording callbacks are switched off
@@ -83,33 +81,10 @@ struct OpKeyHash {
 };
 
 /// Aggregated calls of one key. Memory is bounded: no per-call storage.
-struct OpAggregate {
-  std::int64_t calls = 0;
-  std::int64_t casts = 0;
-  std::int64_t first_step = 0;
-  std::int64_t last_step = 0;
-  std::int64_t nonfinite_from_finite = 0;
-  std::int64_t first_nonfinite_step = -1;
-  /// Calls that created NaN/Inf which never reached a module output, a gradient, a parameter
-  /// or optimizer state (consumed harmlessly, e.g. an -inf mask through softmax).
-  std::int64_t benign_nonfinite = 0;
-  /// Calls that created NaN/Inf from finite inputs that did reach one of those.
-  std::int64_t harmful_nonfinite = 0;
-  /// FP32 re-runs of calls that created NaN/Inf from finite inputs: finite / also non-finite.
-  std::int64_t fp32_finite = 0;
-  std::int64_t fp32_nonfinite = 0;
-  Stats stats;
-  Stats input_stats;  ///< the calls' floating inputs (ObserverOptions::input_stats only)
-  std::vector<std::pair<std::int64_t, double>> absmax_by_step;  ///< bounded, down-sampled
-  ShadowSummary shadow;              ///< --shadow re-checks (checks == 0: none)
-  KernelSummary kernels;             ///< CUDA kernels/copies of its calls (CUPTI; empty: none)
-  std::int64_t shadow_step = -1;     ///< last step a shadow re-check ran for this entry
-  /// Adds another aggregate of the same key. Aggregates with no calls carry only the
-  /// non-finite counts the sentinel took on unsampled steps.
+struct OpAggregate : EntryStats {
+  std::int64_t shadow_step = -1;  ///< last step a shadow re-check ran for this entry
+  /// Adds another aggregate of the same key (EntryStats::merge).
   void merge(const OpAggregate& other);
-  /// Adds the non-finite counts (origins, benign, FP32 re-runs, first step) only.
-  void add_nonfinite_counts(const OpAggregate& other);
-  bool has_nonfinite_counts() const;
 };
 
 /// The op call that created non-finite values (the origin of the first harmful ones, in a

@@ -2,6 +2,8 @@
 // Plain C++ (no torch): the CPU kernel, the CUDA kernel, reports and benchmarks share it.
 #pragma once
 
+#include <ampscope/profiler/formats.h>
+
 #include <array>
 #include <cstdint>
 #include <limits>
@@ -13,17 +15,6 @@ namespace ampscope {
 
 /// Floating source dtypes the stats kernels read.
 enum class DType : std::uint8_t { kFloat32, kFloat16, kBFloat16, kFloat64 };
-
-/// Target formats whose overflow/underflow/subnormal counts every stats block carries.
-enum class Format : std::uint8_t { kFloat16 = 0, kBFloat16, kFloat8E4M3FN, kFloat8E5M2 };
-inline constexpr int kNumFormats = 4;
-
-/// The SPEC name of a format: "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2".
-std::string_view format_name(Format f);
-/// The format whose SPEC name is `name`; false when there is none.
-bool format_from_name(std::string_view name, Format* out);
-/// Largest finite value of a format (65504, ~3.39e38, 448, 57344).
-double format_max(Format f);
 
 /// Counts of nonzero finite values by floor(log2|x|), stored densely over the exponents seen.
 class ExpHist {

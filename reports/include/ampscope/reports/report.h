@@ -3,6 +3,7 @@
 // writers. No torch types here.
 #pragma once
 
+#include <ampscope/profiler/entry_stats.h>
 #include <ampscope/profiler/fp32_check.h>
 #include <ampscope/profiler/kernel_trace.h>
 #include <ampscope/profiler/stats.h>
@@ -77,40 +78,16 @@ struct StaleUpdateRecord {
   void add(const StaleUpdateRecord& o);
 };
 
-/// One aggregated op entry of a layer, keyed by (op, phase, input, compute, output dtype).
-struct OpRecord {
+/// One aggregated op entry of a layer, keyed by (op, phase, input, compute, output dtype,
+/// autocast class); its counts and blocks are EntryStats (one merge with the observer's).
+struct OpRecord : EntryStats {
   std::string op;             ///< "aten::linear", or an autograd node name such as "AddmmBackward0"
   std::string phase;          ///< "forward" | "backward" | "optimizer" | "setup" | "between"
-  std::int64_t calls = 0;     ///< calls with full stats (sampled steps); 0: seen by the sentinel only
   std::string input_dtype;    ///< dtype of the floating inputs as written ("" when none)
   std::string compute_dtype;  ///< dtype the op computed in
   std::string output_dtype;   ///< dtype it returned ("" when no tensor)
   std::string autocast;       ///< "lower_precision" | "fp32" | "promote" | "none"
-  std::int64_t casts = 0;     ///< casts autocast inserted for these calls
-  std::int64_t first_step = 0;
-  std::int64_t last_step = 0;
-  /// Calls whose outputs held NaN/Inf although every floating input was finite: the op itself
-  /// produced them (an origin), as opposed to passing on someone else's.
-  std::int64_t nonfinite_from_finite = 0;
-  std::int64_t first_nonfinite_step = -1;  ///< step of the first such call (-1: none)
-  /// Calls that created NaN/Inf (from finite inputs or from a NaN/inf constant) that never
-  /// reached a module output, a gradient, a parameter or optimizer state: consumed harmlessly.
-  std::int64_t benign_nonfinite = 0;
-  /// Calls that created NaN/Inf from finite inputs that did reach one of those (harmful).
-  std::int64_t harmful_nonfinite = 0;
-  /// FP32 re-runs of calls that made NaN/Inf from finite inputs: finite / also non-finite.
-  std::int64_t fp32_finite = 0;
-  std::int64_t fp32_nonfinite = 0;
-  Stats stats;                ///< outputs (forward/optimizer); incoming gradients (backward)
-  /// Floating inputs of the calls; only when the run took input stats (run.sampling).
-  std::optional<Stats> input_stats;
-  /// Per step absmax of the outputs, at most kMaxSeries points (down-sampled beyond that).
-  std::vector<std::pair<std::int64_t, double>> absmax_by_step;
-  /// --shadow: worst error of the float32 re-runs of this entry (checks == 0: none ran).
-  ShadowSummary shadow;
-  /// CUDA kernels and copies these calls ran (CUPTI; empty when not traced), JSON "kernels".
-  KernelSummary kernels;
-  std::vector<CastLossRecord> cast_loss;     ///< casts of its arguments that lost values
+  std::vector<CastLossRecord> cast_loss;       ///< casts of its arguments that lost values
   std::optional<DegenerateRecord> degenerate;  ///< near-zero low-precision outputs seen
 };
 
@@ -221,8 +198,5 @@ struct Report {
   /// The layer called `name`, or nullptr.
   const Layer* find_layer(const std::string& name) const;
 };
-
-/// Most points kept in a per-op time series; longer runs are down-sampled to this.
-inline constexpr std::size_t kMaxSeries = 256;
 
 }  // namespace ampscope::reports
