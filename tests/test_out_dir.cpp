@@ -1,8 +1,11 @@
 // Output folders: a writer SIGKILLed at random moments leaves both files of one set or of the
 // previous one (after recover_pending), never a mix and no temp files; one claim per folder and
-// stem; unusable folders are found up front.
+// stem; unusable folders are found up front; the writer registry writes one whole set.
 #include <ampscope/reports/files.h>
 #include <ampscope/reports/out_dir.h>
+#include <ampscope/reports/precision_map.h>
+#include <ampscope/reports/report_json.h>
+#include <ampscope/reports/writers.h>
 #include <gtest/gtest.h>
 #include <dirent.h>
 #include <signal.h>
@@ -12,6 +15,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -141,6 +145,37 @@ TEST(OutDir, UnusableFoldersAreFoundUpFront) {
   ::unsetenv("AMPSCOPE_MIN_FREE_BYTES");
   check_writable(dir);
   EXPECT_TRUE(hidden_files(dir).empty());  // the probe is gone
+}
+
+/// The HTML report's script nonce is random per rendering.
+std::string without_nonce(const std::string& s) {
+  return std::regex_replace(s, std::regex("[0-9a-f]{32}"), "N");
+}
+
+TEST(Writers, EverySetFileComesFromItsWriterAndSkipLeavesItOut) {
+  Report r;
+  r.run.steps = 3;
+  Recommendation pin;
+  pin.layer = "blocks.1.ffn.wo";
+  pin.action = "pin_fp32";
+  pin.severity = "critical";
+  r.recommendations.push_back(pin);
+  ASSERT_EQ(writers().back().name, "report");  // written last: its presence means a whole set
+  const std::string d = temp_dir("writers");
+  const std::string json = write_report_set(r, d, "report.rank1");
+  EXPECT_EQ(json, join_path(d, "report.rank1.json"));
+  for (const Writer& w : writers()) {
+    EXPECT_EQ(find_writer(w.name), &w);
+    EXPECT_EQ(without_nonce(slurp(join_path(d, w.file("report.rank1")))), without_nonce(w.write(r))) << w.name;
+  }
+  // independent of the registry: the map pins the layer, the JSON reads back
+  EXPECT_EQ(read_precision_map(join_path(d, "precision_map.rank1.json")).pin_fp32.size(), 1u);
+  EXPECT_EQ(read_report(json).run.steps, 3);
+  const std::string d2 = temp_dir("writers_skip");
+  write_report_set(r, d2, "report", {"html"});
+  EXPECT_EQ(path_kind(join_path(d2, "report.html")), PathKind::kMissing);
+  EXPECT_EQ(path_kind(join_path(d2, "report.json")), PathKind::kFile);
+  EXPECT_EQ(find_writer("nope"), nullptr);
 }
 
 }  // namespace

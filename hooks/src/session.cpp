@@ -2,7 +2,7 @@
 #include <ampscope/hooks/param_watch.h>
 #include <ampscope/hooks/session.h>
 #include <ampscope/reports/files.h>
-#include <ampscope/reports/html.h>
+#include <ampscope/reports/writers.h>
 #include <ampscope/reports/out_dir.h>
 #include <ampscope/reports/precision_map.h>
 #include <ampscope/reports/recommend.h>
@@ -150,16 +150,8 @@ reports::Report Session::report() const {
 
 std::string write_report_files(const reports::Report& r, const std::string& dir,
                                const std::string& stem, bool html) {
-  // One set: a kill at any moment leaves all three files of this run or of the previous one.
-  auto json_path = reports::join_path(dir, stem + ".json");
-  std::vector<reports::FileContent> files;
-  if (html) files.push_back({reports::join_path(dir, stem + ".html"), reports::render_html(r)});
-  std::string rest = stem.rfind("report", 0) == 0 ? stem.substr(6) : "." + stem;
-  files.push_back({reports::join_path(dir, "precision_map" + rest + ".json"),
-                   reports::precision_map_text(reports::precision_map_from(r.recommendations))});
-  files.push_back({json_path, reports::report_text(r)});
-  reports::write_files_atomic(files);
-  return json_path;
+  // One set: a kill at any moment leaves all the files of this run or of the previous one.
+  return reports::write_report_set(r, dir, stem, html ? std::vector<std::string>{} : std::vector<std::string>{"html"});
 }
 
 std::string Session::write(const std::string& dir) const {

@@ -1,5 +1,5 @@
 // ampscope summary | map | html: read a report.json, write another view of it.
-#include <ampscope/reports/html.h>
+#include <ampscope/reports/writers.h>
 #include <ampscope/reports/precision_map.h>
 #include <ampscope/reports/recommend.h>
 #include <ampscope/reports/report_json.h>
@@ -96,7 +96,7 @@ int cmd_html(const Argv& argv) {
   a.expect_positional(1, "one REPORT argument (see ampscope html --help)");
   std::string out = out_path(a);
   reports::Report r = reports::read_report(a.positional()[0]);
-  reports::write_file_atomic(out, reports::render_html(r));
+  reports::write_file_atomic(out, reports::find_writer("html")->write(r));
   fmt::print("wrote {}\n", out);
   return 0;
 }
