@@ -193,8 +193,9 @@ class FieldWriter {
   /// A number written as null when not finite; read back as `if_null`.
   void number(const char* key, double v, double /*def*/, double /*if_null*/) { out_[key] = num(v); }
   void number_req(const char* key, double v, double /*if_null*/) { out_[key] = num(v); }
-  /// Written only (derived on reading).
-  void derived(const char* key, ojson v) { out_[key] = std::move(v); }
+  /// Written only (derived again on reading): `make()` gives its value.
+  template <typename Make>
+  void derived(const char* key, Make make) { out_[key] = make(); }
   /// A field written only when `write` (host_syncs only when traced); read like opt().
   template <typename T, typename D>
   void opt_if(const char* key, const T& v, const D&, bool write) {
@@ -214,6 +215,14 @@ class FieldWriter {
     if (v) out_[key] = to_ojson(*v);
     else if (empty == Empty::kNull) out_[key] = nullptr;
   }
+  /// An optional record that is always written (null when absent) and must be there on reading.
+  template <typename T>
+  void maybe_req(const char* key, const std::optional<T>& v) { out_[key] = v ? to_ojson(*v) : ojson(nullptr); }
+  /// A list that must be there on reading.
+  template <typename Item>
+  void list_req(const char* key, const std::vector<Item>& items) { list(key, items); }
+  /// Free-form JSON (an object), written as it is.
+  void object(const char* key, const json& v) { out_[key] = ojson(v); }
   /// A required boolean that may be null (not known).
   void maybe_bool(const char* key, const std::optional<bool>& v) { out_[key] = v ? ojson(*v) : ojson(nullptr); }
   template <typename Item>
@@ -258,8 +267,8 @@ class FieldReader {
   }
   void number(const char* key, double& v, double def, double if_null) { v = o_.number_or(key, def, if_null); }
   void number_req(const char* key, double& v, double if_null) { v = o_.number(key, if_null); }
-  template <typename V>
-  void derived(const char*, V&&) {}
+  template <typename Make>
+  void derived(const char*, Make) {}
   template <typename T, typename D>
   void opt_if(const char* key, T& v, const D& def, bool) { opt(key, v, def); }
   template <typename T>
@@ -272,6 +281,23 @@ class FieldReader {
   void maybe(const char* key, std::optional<T>& v, Empty) {
     v.reset();
     if (const json* j = o_.find(key); j && !j->is_null()) v = from_json_at<T>(*j, o_.path(key));
+  }
+  template <typename T>
+  void maybe_req(const char* key, std::optional<T>& v) {
+    const json& j = o_.need(key);
+    v.reset();
+    if (!j.is_null()) v = from_json_at<T>(j, o_.path(key));
+  }
+  template <typename Item>
+  void list_req(const char* key, std::vector<Item>& items) {
+    o_.array(key);  // there, and an array
+    list(key, items);
+  }
+  void object(const char* key, json& v) {
+    const json* j = o_.find(key);
+    if (!j || j->is_null()) return;
+    if (!j->is_object()) type_error(o_.path(key), "object", *j);
+    v = *j;
   }
   void maybe_bool(const char* key, std::optional<bool>& v) {
     const json& j = o_.need(key);

@@ -15,9 +15,10 @@ namespace ampscope::reports::detail {
 template <typename R, typename T>
 using if_record = std::enable_if_t<std::is_same_v<std::remove_const_t<R>, T>>;
 
-/// Types without checks beyond their fields' own.
+/// After reading: checks beyond each field's own, and fields derived from others. Types
+/// without any:
 template <typename T>
-void validate(const T&, const Obj&) {}
+void finish_read(const T&, const Obj&) {}
 
 /// A record as an ordered JSON object, its fields in the listed order.
 template <typename T>
@@ -35,7 +36,7 @@ T from_json_at(const json& j, const std::string& where) {
   T v;
   FieldReader r(o);
   fields(r, v);
-  validate(v, o);
+  finish_read(v, o);
   return v;
 }
 
@@ -60,12 +61,12 @@ auto fields(F& f, R& c) -> if_record<R, CastLossRecord> {
   f.opt("subnormal", c.subnormal, std::int64_t{0});
   f.number("source_sq", c.source_sq, 0.0, 0.0);
   f.number("lost_sq", c.lost_sq, 0.0, 0.0);
-  f.derived("lost_rel_l2", num(c.lost_rel_l2()));
+  f.derived("lost_rel_l2", [&] { return num(c.lost_rel_l2()); });
   f.opt("first_step", c.first_step, std::int64_t{-1});
   f.opt("worst_step", c.worst_step, std::int64_t{-1});
   f.number("worst_rel_l2", c.worst_rel_l2, 0.0, 0.0);
 }
-inline void validate(const CastLossRecord& c, const Obj& o) {
+inline void finish_read(const CastLossRecord& c, const Obj& o) {
   check_counts({c.casts, c.values, c.nonzero, c.underflow, c.overflow, c.subnormal}, o.where());
 }
 
@@ -79,7 +80,7 @@ auto fields(F& f, R& d) -> if_record<R, DegenerateRecord> {
   f.number("max_rel_err", d.max_rel_err, 0.0, kNaN);
   f.number("fp32_absmax", d.fp32_absmax, 0.0, kNaN);
 }
-inline void validate(const DegenerateRecord& d, const Obj& o) {
+inline void finish_read(const DegenerateRecord& d, const Obj& o) {
   check_counts({d.zero_outputs, d.checked, d.degenerate}, o.where());
 }
 
@@ -93,7 +94,7 @@ auto fields(F& f, R& s) -> if_record<R, StaleUpdateRecord> {
   f.opt("worst_step", s.worst_step, std::int64_t{-1});
   f.number("worst_share", s.worst_share, 0.0, 0.0);
 }
-inline void validate(const StaleUpdateRecord& s, const Obj& o) {
+inline void finish_read(const StaleUpdateRecord& s, const Obj& o) {
   check_counts({s.steps, s.updated, s.stale}, o.where());
   if (s.stale > s.updated) value_error(o.path("stale"), "more stale than updated elements");
 }
@@ -126,7 +127,7 @@ auto fields(F& f, R& s) -> if_record<R, Sampling> {
   f.opt("exclude_ops", s.exclude_ops, std::vector<std::string>{});
   f.opt("loss_scale_updates", s.loss_scale_updates, std::int64_t{0});
 }
-inline void validate(const Sampling& s, const Obj& o) {
+inline void finish_read(const Sampling& s, const Obj& o) {
   check_one_of(s.stats_on, {"outputs", "inputs_and_outputs"}, o.path("stats_on"));
 }
 
@@ -137,13 +138,13 @@ auto fields(F& f, R& k) -> if_record<R, KernelSummary> {
   f.opt("matrix_launches", k.matrix_launches, std::int64_t{0});
   f.opt("tensor_core_launches", k.tensor_core_launches, std::int64_t{0});
   // derived: null when no matrix kernel ran
-  f.derived("tensor_cores", k.matrix_launches > 0 ? ojson(k.tensor_core_launches > 0) : ojson(nullptr));
+  f.derived("tensor_cores", [&] { return k.matrix_launches > 0 ? ojson(k.tensor_core_launches > 0) : ojson(nullptr); });
   f.opt("memcpys", k.memcpys, std::int64_t{0});
   f.opt("memcpy_bytes", k.memcpy_bytes, std::int64_t{0});
   f.opt("memcpy_time_ns", k.memcpy_time_ns, std::int64_t{0});
   f.list("top", k.top);
 }
-inline void validate(const KernelSummary& k, const Obj& o) {
+inline void finish_read(const KernelSummary& k, const Obj& o) {
   if (k.launches < 0 || k.memcpys < 0) value_error(o.where(), "negative count");
 }
 
@@ -156,7 +157,7 @@ auto fields(F& f, R& s) -> if_record<R, ShadowSummary> {
   f.number_req("min_cosine", s.min_cosine, kNaN);
   f.opt("worst_step", s.worst_step, std::int64_t{-1});
 }
-inline void validate(const ShadowSummary& s, const Obj& o) {
+inline void finish_read(const ShadowSummary& s, const Obj& o) {
   if (s.checks < 0) value_error(o.path("checks"), "negative count");
 }
 
@@ -186,7 +187,7 @@ auto fields(F& f, R& op) -> if_record<R, OpRecord> {
   f.maybe("degenerate_output", op.degenerate, Empty::kOmit);
   f.series("absmax_by_step", op.absmax_by_step);
 }
-inline void validate(const OpRecord& op, const Obj& o) {
+inline void finish_read(const OpRecord& op, const Obj& o) {
   check_one_of(op.phase, {"forward", "backward", "optimizer", "setup", "between"}, o.path("phase"));
 }
 
@@ -218,6 +219,77 @@ auto fields(F& f, R& e) -> if_record<R, NonFiniteEvent> {
   f.opt("reached", e.reached, std::string());
   f.opt("reached_step", e.reached_step, std::int64_t{-1});
 }
-inline void validate(const NonFiniteEvent& e, const Obj& o) { check_one_of(e.kind, {"nan", "inf"}, o.path("kind")); }
+inline void finish_read(const NonFiniteEvent& e, const Obj& o) { check_one_of(e.kind, {"nan", "inf"}, o.path("kind")); }
+
+template <typename F, typename R>
+auto fields(F& f, R& r) -> if_record<R, RunInfo> {
+  f.req("torch_version", r.torch_version);
+  f.req("device", r.device);
+  f.req("autocast_dtype", r.autocast_dtype);
+  f.req("steps", r.steps);
+  f.req("started", r.started);
+  f.number_req("duration_s", r.duration_s, kNaN);
+  f.req("command", r.command);
+  f.req("rank", r.rank);
+  f.req("world_size", r.world_size);
+  f.opt("every", r.every, 1);
+  f.opt("shadow", r.shadow, false);
+  f.opt("stopped", r.stopped, std::string());
+  f.opt("notes", r.notes, std::vector<std::string>{});
+  f.opt_if("host_syncs", r.host_syncs, std::int64_t{-1}, r.host_syncs >= 0);
+  f.record_if("sampling", r.sampling, true);
+}
+inline void finish_read(RunInfo& r, const Obj& o) {
+  if (const json* sm = o.find("sampling"); !sm || sm->is_null()) r.sampling.every = r.every;  // older files
+}
+
+template <typename F, typename R>
+auto fields(F& f, R& l) -> if_record<R, Layer> {
+  f.req("name", l.name);
+  f.req("type", l.type);
+  f.list_req("ops", l.ops);
+  f.list_req("params", l.params);
+}
+
+template <typename F, typename R>
+auto fields(F& f, R& c) -> if_record<R, ScalerCaught> {
+  f.req("steps", c.steps);
+  f.record("first", c.first);
+}
+
+template <typename F, typename R>
+auto fields(F& f, R& p) -> if_record<R, LossScalePoint> {
+  f.req("step", p.step);
+  f.number_req("scale", p.scale, kNaN);
+  f.req("found_inf", p.found_inf);
+}
+
+template <typename F, typename R>
+auto fields(F& f, R& r) -> if_record<R, Recommendation> {
+  f.req("layer", r.layer);
+  f.req("action", r.action);
+  f.req("severity", r.severity);
+  f.req("reasons", r.reasons);
+  f.object("evidence", r.evidence);
+}
+inline void finish_read(const Recommendation& r, const Obj& o) {
+  check_one_of(r.severity, {"critical", "high", "medium", "low"}, o.path("severity"));
+}
+
+/// The derived what-if table (report_json.cpp; recomputed from the stats, never read back).
+ojson what_if_to_ojson(const Report& r);
+
+template <typename F, typename R>
+auto fields(F& f, R& r) -> if_record<R, Report> {
+  f.derived("schema", [] { return ojson(kReportSchema); });  // checked before reading
+  f.record("run", r.run);
+  f.list_req("layers", r.layers);
+  f.maybe_req("first_nonfinite", r.first_nonfinite);
+  f.maybe("nonfinite_caught_by_scaler", r.scaler_caught, Empty::kOmit);
+  f.list("first_nonfinite_by_rank", r.first_nonfinite_by_rank, Empty::kOmit);
+  f.list_req("loss_scale", r.loss_scale);
+  f.list_req("recommendations", r.recommendations);
+  f.derived("what_if", [&] { return what_if_to_ojson(r); });
+}
 
 }  // namespace ampscope::reports::detail

@@ -67,25 +67,11 @@ ojson format_counts(const std::array<std::int64_t, kNumFormats>& a) {
 }
 
 
-ojson run_to_ojson(const RunInfo& r) {
-  ojson o = ojson::object();
-  o["torch_version"] = r.torch_version;
-  o["device"] = r.device;
-  o["autocast_dtype"] = r.autocast_dtype;
-  o["steps"] = r.steps;
-  o["started"] = r.started;
-  o["duration_s"] = num(r.duration_s);
-  o["command"] = r.command;
-  o["rank"] = r.rank;
-  o["world_size"] = r.world_size;
-  o["every"] = r.every;
-  o["shadow"] = r.shadow;
-  o["stopped"] = r.stopped;
-  o["notes"] = r.notes;
-  if (r.host_syncs >= 0) o["host_syncs"] = r.host_syncs;
-  o["sampling"] = to_ojson(r.sampling);
-  return o;
-}
+}  // namespace
+
+namespace detail {
+
+namespace {
 
 ojson what_if_counts(const WhatIfCounts& c) {
   ojson o = ojson::object();
@@ -97,7 +83,8 @@ ojson what_if_counts(const WhatIfCounts& c) {
   return o;
 }
 
-/// The derived what-if table (recomputed from the stats on reading, so never read back).
+}  // namespace
+
 ojson what_if_to_ojson(const Report& r) {
   ojson o = ojson::object();
   ojson formats = ojson::array();
@@ -121,63 +108,6 @@ ojson what_if_to_ojson(const Report& r) {
   return o;
 }
 
-ojson report_to_ojson(const Report& r) {
-  ojson o = ojson::object();
-  o["schema"] = kReportSchema;
-  o["run"] = run_to_ojson(r.run);
-  ojson layers = ojson::array();
-  for (const Layer& l : r.layers) {
-    ojson lo = ojson::object();
-    lo["name"] = l.name;
-    lo["type"] = l.type;
-    ojson ops = ojson::array();
-    for (const OpRecord& op : l.ops) ops.push_back(to_ojson(op));
-    lo["ops"] = std::move(ops);
-    ojson params = ojson::array();
-    for (const ParamRecord& p : l.params) params.push_back(to_ojson(p));
-    lo["params"] = std::move(params);
-    layers.push_back(std::move(lo));
-  }
-  o["layers"] = std::move(layers);
-  o["first_nonfinite"] = r.first_nonfinite ? to_ojson(*r.first_nonfinite) : ojson(nullptr);
-  if (r.scaler_caught) {
-    ojson sc = ojson::object();
-    sc["steps"] = r.scaler_caught->steps;
-    sc["first"] = to_ojson(r.scaler_caught->first);
-    o["nonfinite_caught_by_scaler"] = std::move(sc);
-  }
-  if (!r.first_nonfinite_by_rank.empty()) {
-    ojson by_rank = ojson::array();
-    for (const NonFiniteEvent& e : r.first_nonfinite_by_rank) by_rank.push_back(to_ojson(e));
-    o["first_nonfinite_by_rank"] = std::move(by_rank);
-  }
-  ojson ls = ojson::array();
-  for (const LossScalePoint& p : r.loss_scale) {
-    ojson po = ojson::object();
-    po["step"] = p.step;
-    po["scale"] = num(p.scale);
-    po["found_inf"] = p.found_inf;
-    ls.push_back(std::move(po));
-  }
-  o["loss_scale"] = std::move(ls);
-  ojson recs = ojson::array();
-  for (const Recommendation& rec : r.recommendations) {
-    ojson ro = ojson::object();
-    ro["layer"] = rec.layer;
-    ro["action"] = rec.action;
-    ro["severity"] = rec.severity;
-    ro["reasons"] = rec.reasons;
-    ro["evidence"] = ojson(rec.evidence);
-    recs.push_back(std::move(ro));
-  }
-  o["recommendations"] = std::move(recs);
-  o["what_if"] = what_if_to_ojson(r);
-  return o;
-}
-
-}  // namespace
-
-namespace detail {
 
 template <>
 ojson to_ojson<Stats>(const Stats& s) {
@@ -208,7 +138,7 @@ json stats_to_json(const Stats& s) { return json(to_ojson(s)); }
 
 json fp32_check_to_json(const Fp32Check& c) { return json(to_ojson(c)); }
 
-json report_to_json(const Report& r) { return json(report_to_ojson(r)); }
+json report_to_json(const Report& r) { return json(to_ojson(r)); }
 
 // ---------------------------------------------------------------------------------------------
 // Reading
@@ -227,52 +157,6 @@ void read_format_counts(const Obj& parent, const std::string& key,
   }
 }
 
-std::vector<std::string> string_list(const json& arr, const std::string& where) {
-  std::vector<std::string> out;
-  out.reserve(arr.size());
-  for (std::size_t i = 0; i < arr.size(); ++i) out.push_back(Obj::as_string(arr[i], index(where, i)));
-  return out;
-}
-
-RunInfo run_from_json(const json& j, const std::string& where) {
-  Obj o(j, where);
-  RunInfo r;
-  r.torch_version = o.str("torch_version");
-  r.device = o.str("device");
-  r.autocast_dtype = o.str("autocast_dtype");
-  r.steps = o.int64("steps");
-  r.started = o.str("started");
-  r.duration_s = o.number("duration_s", kNaN);
-  r.command = o.str("command");
-  r.rank = o.int32("rank");
-  r.world_size = o.int32("world_size");
-  r.every = o.int32_or("every", 1);
-  if (const json* sh = o.find("shadow"); sh && !sh->is_null()) {
-    if (!sh->is_boolean()) type_error(o.path("shadow"), "boolean", *sh);
-    r.shadow = sh->get<bool>();
-  }
-  r.stopped = o.str_or("stopped", "");
-  if (const json* notes = o.array_or_null("notes")) r.notes = string_list(*notes, o.path("notes"));
-  r.host_syncs = o.int64_or("host_syncs", -1);
-  r.sampling.every = r.every;
-  if (const json* sm = o.find("sampling"); sm && !sm->is_null()) r.sampling = from_json_at<Sampling>(*sm, o.path("sampling"));
-  return r;
-}
-
-Recommendation recommendation_from_json(const json& j, const std::string& where) {
-  Obj o(j, where);
-  Recommendation r;
-  r.layer = o.str("layer");
-  r.action = o.str("action");
-  r.severity = o.str("severity");
-  check_one_of(r.severity, {"critical", "high", "medium", "low"}, o.path("severity"));
-  r.reasons = string_list(o.array("reasons"), o.path("reasons"));
-  if (const json* ev = o.find("evidence"); ev && !ev->is_null()) {
-    if (!ev->is_object()) type_error(o.path("evidence"), "object", *ev);
-    r.evidence = *ev;
-  }
-  return r;
-}
 
 }  // namespace
 
@@ -331,50 +215,7 @@ Report report_from_json(const json& j) {
     throw ReportError("report.schema",
                       "schema is " + printable(sit->dump(-1, ' ', true, json::error_handler_t::replace), 80) +
                           ", expected \"" + kReportSchema + "\"");
-  Obj o(j, "");
-  Report r;
-  r.run = run_from_json(o.need("run"), "run");
-  const json& layers = o.array("layers");
-  r.layers.reserve(layers.size());
-  for (std::size_t i = 0; i < layers.size(); ++i) {
-    const std::string lw = index("layers", i);
-    Obj lo(layers[i], lw);
-    Layer l;
-    l.name = lo.str("name");
-    l.type = lo.str("type");
-    const json& ops = lo.array("ops");
-    for (std::size_t k = 0; k < ops.size(); ++k) l.ops.push_back(from_json_at<OpRecord>(ops[k], index(lo.path("ops"), k)));
-    const json& params = lo.array("params");
-    for (std::size_t k = 0; k < params.size(); ++k)
-      l.params.push_back(from_json_at<ParamRecord>(params[k], index(lo.path("params"), k)));
-    r.layers.push_back(std::move(l));
-  }
-  const json& fnf = o.need("first_nonfinite");
-  if (!fnf.is_null()) r.first_nonfinite = from_json_at<NonFiniteEvent>(fnf, "first_nonfinite");
-  if (const json* sc = o.find("nonfinite_caught_by_scaler"); sc && !sc->is_null()) {
-    Obj so(*sc, "nonfinite_caught_by_scaler");
-    ScalerCaught c;
-    c.steps = so.int64("steps");
-    c.first = from_json_at<NonFiniteEvent>(so.need("first"), so.path("first"));
-    r.scaler_caught = c;
-  }
-  if (const json* by_rank = o.array_or_null("first_nonfinite_by_rank")) {
-    for (std::size_t i = 0; i < by_rank->size(); ++i)
-      r.first_nonfinite_by_rank.push_back(
-          from_json_at<NonFiniteEvent>((*by_rank)[i], index("first_nonfinite_by_rank", i)));
-  }
-  const json& ls = o.array("loss_scale");
-  for (std::size_t i = 0; i < ls.size(); ++i) {
-    Obj po(ls[i], index("loss_scale", i));
-    LossScalePoint p;
-    p.step = po.int64("step");
-    p.scale = po.number("scale", kNaN);
-    p.found_inf = po.boolean("found_inf");
-    r.loss_scale.push_back(p);
-  }
-  const json& recs = o.array("recommendations");
-  for (std::size_t i = 0; i < recs.size(); ++i)
-    r.recommendations.push_back(recommendation_from_json(recs[i], index("recommendations", i)));
+  Report r = from_json_at<Report>(j, "");
   validate_report(r);  // values, not just types (report_validate.cpp)
   return r;
 }
@@ -392,7 +233,7 @@ Report read_report(const std::string& path) {
 }
 
 std::string report_text(const Report& r) {
-  return report_to_ojson(r).dump(-1, ' ', false, ojson::error_handler_t::replace) + "\n";
+  return to_ojson(r).dump(-1, ' ', false, ojson::error_handler_t::replace) + "\n";
 }
 
 void write_report(const Report& r, const std::string& path) { write_file_atomic(path, report_text(r)); }
