@@ -11,6 +11,7 @@
 
 #include "dtypes.h"
 #include "html_detail.h"
+#include "recommend_rules.h"
 #include "text_util.h"
 
 namespace ampscope::reports::detail {
@@ -241,7 +242,7 @@ void recommendations_section(const Report& r, std::string& out) {
                        ++rank, esc(rec.severity), esc(rec.severity));
     out += "<td><code class=\"act act-" + esc(rec.action) + "\">" + esc(rec.action) +
            "</code></td><td>" + layer_link(rec.layer) + "</td><td>" + reasons + "</td><td>" +
-           esc(text::key_evidence(rec)) + "<details><summary>all evidence</summary><pre>" +
+           esc(key_evidence(rec)) + "<details><summary>all evidence</summary><pre>" +
            esc(rec.evidence.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)) +
            "</pre></details></td></tr>\n";
   }

@@ -45,6 +45,7 @@
 
 #include "dtypes.h"
 #include "recommend_rules.h"
+#include "text_util.h"
 
 namespace ampscope::reports {
 
@@ -514,19 +515,106 @@ std::vector<Recommendation> merge(Findings findings) {
   return recs;
 }
 
+// ---- each rule's one line of evidence (the summary's and the HTML's "key evidence") ----------
+
+void origin_line(const json& it, std::vector<std::string>& lines) {
+  if (!it.is_object()) return;
+  double step = 0;
+  std::string s = detail::ev_str(it, "op");
+  if (detail::ev_num(it, "step", &step)) s += " at step " + text::number(step);
+  std::string kind = detail::ev_str(it, "kind");
+  if (!kind.empty()) s += " (" + kind + ")";
+  std::string recheck = detail::ev_str(it, "fp32_recheck");
+  if (!recheck.empty()) s += ", fp32 re-check " + recheck;
+  lines.push_back(std::move(s));
+}
+
+void lowp_op_line(const json& ops, std::vector<std::string>& lines) {
+  for (const auto& op : ops) {
+    if (!op.is_object()) continue;
+    std::string s = detail::ev_str(op, "op");
+    double bad = 0, calls = 0;
+    if (detail::ev_num(op, "nonfinite_from_finite", &bad)) {
+      s += ": " + text::number(bad);
+      if (detail::ev_num(op, "calls", &calls)) s += "/" + text::number(calls);
+      s += " calls non-finite";
+    }
+    double absmax = 0, fmax = 0;
+    if (detail::ev_num(op, "absmax", &absmax)) {
+      s += ", absmax " + text::number(absmax);
+      if (detail::ev_num(op, "format_max", &fmax)) s += " (max " + text::number(fmax) + ")";
+    }
+    lines.push_back(std::move(s));
+  }
+}
+
+/// headroom and shadow evidence: per op, its range against the format or its float32 error.
+void op_range_line(const json& ops, std::vector<std::string>& lines) {
+  for (const auto& op : ops) {
+    if (!op.is_object()) continue;
+    std::string s = detail::ev_str(op, "op");
+    double a = 0, b = 0;
+    if (detail::ev_num(op, "absmax", &a) && detail::ev_num(op, "format_max", &b))
+      s += ", absmax " + text::number(a) + " (max " + text::number(b) + ")";
+    if (detail::ev_num(op, "growth_binades_per_step", &a) && a > 0) s += fmt::format(", x{:.3g}/step", std::exp2(a));
+    if (detail::ev_num(op, "projected_overflow_step", &a)) s += ", overflow ~step " + text::number(a);
+    if (detail::ev_num(op, "max_rel_err", &a)) s += fmt::format(", rel err {:.3g}", a);
+    if (detail::ev_num(op, "min_cosine", &a)) s += fmt::format(", cosine {:.6g}", a);
+    lines.push_back(std::move(s));
+  }
+}
+
+void grad_underflow_line(const json& it, std::vector<std::string>& lines) {
+  if (!it.is_object()) return;
+  double share = 0, scale = 0;
+  std::string s;
+  if (detail::ev_num(it, "share_lost", &share))
+    s = fmt::format("{:.3g}% of gradient values underflow/subnormal in {}", 100 * share, detail::ev_str(it, "format"));
+  if (detail::ev_num(it, "suggested_scale", &scale)) s += ", suggested loss scale " + text::number(scale);
+  lines.push_back(std::move(s));
+}
+
+void loss_scale_line(const json& it, std::vector<std::string>& lines) {
+  if (!it.is_object()) return;
+  double skipped = 0, updates = 0, final_scale = 0;
+  if (detail::ev_num(it, "skipped_steps", &skipped) && detail::ev_num(it, "updates", &updates) &&
+      detail::ev_num(it, "final_scale", &final_scale))
+    lines.push_back(fmt::format("{} of {} steps skipped, final scale {}", text::number(skipped),
+                                text::number(updates), text::number(final_scale)));
+}
+
 }  // namespace
+
+const std::vector<Rule>& rules() {
+  static const std::vector<Rule> all{
+      {"origin", origin_rule, "first_nonfinite", origin_line},
+      {"lowp_op", lowp_op_rule, "ops", lowp_op_line},
+      {"precision_loss", precision_loss_rule, "shadow", op_range_line},
+      {"headroom", headroom_rule, "headroom", op_range_line},
+      {"grad_underflow", grad_underflow_rule, "gradients", grad_underflow_line},
+      {"loss_scale", loss_scale_rule, "loss_scale", loss_scale_line},
+      {"cast_loss", cast_loss_rule, "cast_loss", cast_loss_line},
+      {"degenerate_output", degenerate_output_rule, "degenerate", degenerate_output_line},
+      {"stale_updates", stale_updates_rule, "stale_updates", stale_updates_line},
+  };
+  return all;
+}
+
+std::string key_evidence(const Recommendation& rec) {
+  if (!rec.evidence.is_object()) return "";
+  std::vector<std::string> lines;
+  for (const Rule& rule : rules()) {
+    auto it = rec.evidence.find(rule.evidence_key);
+    if (it != rec.evidence.end() && (it->is_object() || it->is_array())) rule.one_line(*it, lines);
+  }
+  std::string out;
+  for (const std::string& l : lines) out += (out.empty() ? "" : "; ") + l;
+  return out;
+}
 
 std::vector<Recommendation> recommend(const Report& report) {
   Findings findings;
-  origin_rule(report, findings);
-  lowp_op_rule(report, findings);
-  precision_loss_rule(report, findings);
-  headroom_rule(report, findings);
-  grad_underflow_rule(report, findings);
-  loss_scale_rule(report, findings);
-  cast_loss_rule(report, findings);
-  degenerate_output_rule(report, findings);
-  stale_updates_rule(report, findings);
+  for (const Rule& rule : rules()) rule.run(report, findings);
   return merge(std::move(findings));
 }
 

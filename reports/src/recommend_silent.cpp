@@ -22,6 +22,7 @@
 
 #include "dtypes.h"
 #include "recommend_rules.h"
+#include "text_util.h"
 
 namespace ampscope::reports {
 namespace {
@@ -87,6 +88,17 @@ void cast_loss_rule(const Report& r, Findings& out) {
   }
 }
 
+void cast_loss_line(const nlohmann::json& ev, std::vector<std::string>& lines) {
+  for (const auto& c : ev) {
+    double lost = 0, l2 = 0;
+    std::string s = detail::ev_str(c, "op") + " " + detail::ev_str(c, "cast") + " cast of " +
+                    detail::ev_str(c, "argument") + " to " + detail::ev_str(c, "target_dtype");
+    if (detail::ev_num(c, "share_lost", &lost)) s += fmt::format(": {:.3g}% of nonzero values lost", 100 * lost);
+    if (detail::ev_num(c, "lost_rel_l2", &l2)) s += fmt::format(" ({:.3g}% of its norm)", 100 * l2);
+    lines.push_back(std::move(s));
+  }
+}
+
 void degenerate_output_rule(const Report& r, Findings& out) {
   for (const Layer& layer : r.layers) {
     for (const OpRecord& op : layer.ops) {
@@ -110,6 +122,16 @@ void degenerate_output_rule(const Report& r, Findings& out) {
       f.evidence["degenerate"] = json::array({std::move(ev)});
       out.push_back(std::move(f));
     }
+  }
+}
+
+void degenerate_output_line(const nlohmann::json& ev, std::vector<std::string>& lines) {
+  for (const auto& d : ev) {
+    double n = 0, err = 0;
+    std::string s = detail::ev_str(d, "op") + " in " + detail::ev_str(d, "compute_dtype") + ": output all zeros";
+    if (detail::ev_num(d, "degenerate", &n)) s += " in " + text::number(n) + " re-checked calls";
+    if (detail::ev_num(d, "max_rel_err", &err)) s += fmt::format(", float32 differs by {:.3g}", err);
+    lines.push_back(std::move(s));
   }
 }
 
@@ -138,6 +160,16 @@ void stale_updates_rule(const Report& r, Findings& out) {
         out.push_back(std::move(f));
       }
     }
+  }
+}
+
+void stale_updates_line(const nlohmann::json& ev, std::vector<std::string>& lines) {
+  for (const auto& u : ev) {
+    double sh = 0;
+    std::string s = detail::ev_str(u, "param");
+    if (detail::ev_num(u, "share_stale", &sh))
+      s += fmt::format(": {:.3g}% of due updates rounded away in {}", 100 * sh, detail::ev_str(u, "dtype"));
+    lines.push_back(std::move(s));
   }
 }
 

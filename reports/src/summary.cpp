@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "dtypes.h"
+#include "recommend_rules.h"
 #include "text_util.h"
 
 namespace ampscope::reports {
@@ -108,7 +109,7 @@ void top_risks(const Report& report, const Style& st, std::string& out) {
   Table t({"SEVERITY", "ACTION", "LAYER", "REASONS", "EVIDENCE"});
   for (const Recommendation& r : recs)
     t.row({r.severity, r.action, truncate_middle(text::layer_label(r.layer), kNameWidth),
-           truncate_middle(join(r.reasons, ","), 40), text::truncate_end(text::key_evidence(r), 100)});
+           truncate_middle(join(r.reasons, ","), 40), text::truncate_end(key_evidence(r), 100)});
   out += t.render("  ", [&](int row, std::size_t col, const std::string& s) {
     if (row < 0 || col != 0) return s;
     return st.severity(s, recs[static_cast<std::size_t>(row)].severity);
