@@ -27,7 +27,7 @@ Report run(const std::string& compute, bool nonfinite, double duration) {
     r.first_nonfinite = e;
     Recommendation rec;
     rec.layer = "ffn.wo";
-    rec.action = "pin_fp32";
+    rec.action = Action::kPinFp32;
     r.recommendations.push_back(rec);
   }
   return r;

@@ -29,7 +29,7 @@ reports::Report run_model(const std::vector<Culprit>& culprits, const Pins& pins
     if (!cured && (!first || c.step < first->step)) first = &c;
   }
   reports::Report r;
-  r.recommendations.push_back({"", "loss_scaling", "high", {"grad_underflow_float16"}});
+  r.recommendations.push_back({"", reports::Action::kLossScaling, reports::Severity::kHigh, {"grad_underflow_float16"}});
   if (!first) return r;
   reports::NonFiniteEvent e;
   e.step = first->step;
@@ -38,7 +38,7 @@ reports::Report run_model(const std::vector<Culprit>& culprits, const Pins& pins
   e.kind = "inf";
   r.first_nonfinite = e;
   r.recommendations.insert(r.recommendations.begin(),
-                           {first->layer, "pin_fp32", "critical", {"nonfinite_origin"}});
+                           {first->layer, reports::Action::kPinFp32, reports::Severity::kCritical, {"nonfinite_origin"}});
   return r;
 }
 
@@ -123,7 +123,7 @@ TEST(FixSearch, AModelBugNoPinCanFixEndsWithoutPins) {
     reports::NonFiniteEvent e;
     e.layer = "logp";
     r.report.first_nonfinite = e;
-    r.report.recommendations.push_back({"logp", "fix_model", "critical", {"nonfinite_in_fp32"}});
+    r.report.recommendations.push_back({"logp", reports::Action::kFixModel, reports::Severity::kCritical, {"nonfinite_in_fp32"}});
     return r;
   });
   EXPECT_EQ(out.ended, "nothing_to_pin");
@@ -187,7 +187,7 @@ TEST(FixSearch, ACommandThatFailsWithAMapIsNotClean) {
 TEST(FixSearch, OutsideIsNeverPinned) {
   reports::Report r;
   r.recommendations.push_back(
-      {reports::kOutsideLayer, "pin_fp32", "critical", {"nonfinite_origin"}});
+      {reports::kOutsideLayer, reports::Action::kPinFp32, reports::Severity::kCritical, {"nonfinite_origin"}});
   EXPECT_TRUE(pin_findings(r).empty());
 }
 

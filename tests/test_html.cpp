@@ -112,8 +112,8 @@ Report nan_report() {
   r.first_nonfinite = e;
   Recommendation rec;
   rec.layer = e.layer;
-  rec.action = "pin_fp32";
-  rec.severity = "critical";
+  rec.action = Action::kPinFp32;
+  rec.severity = Severity::kCritical;
   rec.reasons = {"nonfinite_origin", "overflow_float16"};
   rec.evidence = json{{"first_nonfinite", {{"op", "aten::linear"}, {"step", 7}, {"kind", "inf"}}}};
   r.recommendations.push_back(rec);
@@ -412,8 +412,8 @@ TEST(HtmlSections, RecommendationsInRankOrderWithEvidence) {
   Report r = nan_report();
   Recommendation second;
   second.layer = "";
-  second.action = "loss_scaling";
-  second.severity = "high";
+  second.action = Action::kLossScaling;
+  second.severity = Severity::kHigh;
   second.reasons = {"grad_underflow_float16"};
   second.evidence =
       json{{"gradients", {{"share_lost", 0.25}, {"format", "float16"}, {"suggested_scale", 1024}}}};

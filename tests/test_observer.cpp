@@ -281,7 +281,7 @@ TEST_F(ObserverTest, FirstNonFiniteIsTheOverflowingOpNotItsConsumers) {
   EXPECT_EQ(only_op(layer(r, "after"), "aten::relu").nonfinite_from_finite, 0);  // propagation
   ASSERT_FALSE(r.recommendations.empty());
   EXPECT_EQ(r.recommendations[0].layer, "proj");
-  EXPECT_EQ(r.recommendations[0].action, "pin_fp32");
+  EXPECT_EQ(r.recommendations[0].action, ampscope::reports::Action::kPinFp32);
   for (const auto& rec : r.recommendations) EXPECT_NE(rec.layer, "after");
 }
 
@@ -299,7 +299,7 @@ TEST_F(ObserverTest, LogOfZeroIsAModelBugInFp32Too) {
   EXPECT_EQ(r.first_nonfinite->reached, "module_output");
   ASSERT_TRUE(r.first_nonfinite->fp32_also_nonfinite.has_value());
   EXPECT_TRUE(*r.first_nonfinite->fp32_also_nonfinite);
-  for (const auto& rec : r.recommendations) EXPECT_NE(rec.action, "pin_fp32");
+  for (const auto& rec : r.recommendations) EXPECT_NE(rec.action, ampscope::reports::Action::kPinFp32);
 }
 
 TEST_F(ObserverTest, NonFiniteConsumedInsideALayerIsBenign) {
@@ -347,7 +347,7 @@ TEST_F(ObserverTest, SentinelFindsTheOriginOnAnUnsampledStep) {
   EXPECT_FALSE(*r.first_nonfinite->fp32_also_nonfinite);  // float32 computes 80000 fine
   ASSERT_FALSE(r.recommendations.empty());
   EXPECT_EQ(r.recommendations[0].layer, "proj");
-  EXPECT_EQ(r.recommendations[0].action, "pin_fp32");
+  EXPECT_EQ(r.recommendations[0].action, ampscope::reports::Action::kPinFp32);
 }
 
 TEST_F(ObserverTest, CleanRunHasNoRecommendationsAndWritesReadableFiles) {

@@ -157,8 +157,8 @@ TEST(Writers, EverySetFileComesFromItsWriterAndSkipLeavesItOut) {
   r.run.steps = 3;
   Recommendation pin;
   pin.layer = "blocks.1.ffn.wo";
-  pin.action = "pin_fp32";
-  pin.severity = "critical";
+  pin.action = Action::kPinFp32;
+  pin.severity = Severity::kCritical;
   r.recommendations.push_back(pin);
   ASSERT_EQ(writers().back().name, "report");  // written last: its presence means a whole set
   const std::string d = temp_dir("writers");

@@ -93,7 +93,7 @@ Report clean_report() {
 const Recommendation* find(const std::vector<Recommendation>& recs, const std::string& layer,
                            const std::string& action) {
   for (const auto& r : recs)
-    if (r.layer == layer && r.action == action) return &r;
+    if (r.layer == layer && name_of(r.action) == action) return &r;
   return nullptr;
 }
 
@@ -120,8 +120,8 @@ TEST(Recommend, OriginFromFiniteInputsPinsCritical) {
   const auto recs = recommend(r);
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].layer, "blocks.0.attn");
-  EXPECT_EQ(recs[0].action, "pin_fp32");
-  EXPECT_EQ(recs[0].severity, "critical");
+  EXPECT_EQ(recs[0].action, Action::kPinFp32);
+  EXPECT_EQ(recs[0].severity, Severity::kCritical);
   EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"nonfinite_origin"});
   const json& ev = recs[0].evidence["first_nonfinite"];
   EXPECT_EQ(ev["step"], 4);
@@ -142,7 +142,7 @@ TEST(Recommend, OriginNotRecheckedStillPins) {
   r.first_nonfinite = event("head", "aten::linear", true, std::nullopt);
   const auto recs = recommend(r);
   ASSERT_EQ(recs.size(), 1u);
-  EXPECT_EQ(recs[0].action, "pin_fp32");
+  EXPECT_EQ(recs[0].action, Action::kPinFp32);
   EXPECT_EQ(recs[0].evidence["first_nonfinite"]["fp32_recheck"], "not_run");
 }
 
@@ -153,7 +153,7 @@ TEST(Recommend, OriginThatAlreadyRanInFp32IsFixModel) {
   r.first_nonfinite = e;
   const auto recs = recommend(r);
   ASSERT_EQ(recs.size(), 1u);
-  EXPECT_EQ(recs[0].action, "fix_model");
+  EXPECT_EQ(recs[0].action, Action::kFixModel);
   EXPECT_TRUE(precision_map_from(recs).pin_fp32.empty());
 }
 
@@ -165,8 +165,8 @@ TEST(Recommend, OriginAlsoNonFiniteInFp32IsFixModelAndNoPin) {
   const auto recs = recommend(r);
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].layer, "head");
-  EXPECT_EQ(recs[0].action, "fix_model");
-  EXPECT_EQ(recs[0].severity, "critical");
+  EXPECT_EQ(recs[0].action, Action::kFixModel);
+  EXPECT_EQ(recs[0].severity, Severity::kCritical);
   EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"nonfinite_in_fp32"});
   EXPECT_EQ(recs[0].evidence["first_nonfinite"]["fp32_recheck"], "also_nonfinite");
   const PrecisionMap m = precision_map_from(recs);
@@ -179,7 +179,7 @@ TEST(Recommend, OriginFedNonFiniteInputsIsAModelBugNotAPin) {
   r.first_nonfinite = event("head", "aten::linear", false, std::nullopt);
   auto recs = recommend(r);
   ASSERT_EQ(recs.size(), 1u);
-  EXPECT_EQ(recs[0].action, "fix_model");
+  EXPECT_EQ(recs[0].action, Action::kFixModel);
   EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"nonfinite_input"});
   r.first_nonfinite->nonfinite_scalar = true;  // masked_fill(mask, -inf) on an all-masked row
   recs = recommend(r);
@@ -214,8 +214,8 @@ TEST(Recommend, LowPrecisionOverflowPinsHigh) {
   const auto recs = recommend(r);
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].layer, "blocks.0.attn");
-  EXPECT_EQ(recs[0].action, "pin_fp32");
-  EXPECT_EQ(recs[0].severity, "high");
+  EXPECT_EQ(recs[0].action, Action::kPinFp32);
+  EXPECT_EQ(recs[0].severity, Severity::kHigh);
   EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"overflow_float16"});
   const json& ops = recs[0].evidence["ops"];
   ASSERT_EQ(ops.size(), 1u);
@@ -292,8 +292,8 @@ TEST(Recommend, MergesPerLayerAndAction) {
   ASSERT_EQ(recs.size(), 1u);
   const Recommendation& rec = recs[0];
   EXPECT_EQ(rec.layer, "blocks.0.attn");
-  EXPECT_EQ(rec.action, "pin_fp32");
-  EXPECT_EQ(rec.severity, "critical");  // the most severe finding wins
+  EXPECT_EQ(rec.action, Action::kPinFp32);
+  EXPECT_EQ(rec.severity, Severity::kCritical);  // the most severe finding wins
   EXPECT_EQ(rec.reasons,
             (std::vector<std::string>{"nonfinite_origin", "overflow_float16", "nonfinite_lowp"}));
   EXPECT_TRUE(rec.evidence.contains("first_nonfinite"));
@@ -315,7 +315,7 @@ TEST(Recommend, OrderedBySeverityThenLayer) {
   const auto recs = recommend(r);
   ASSERT_EQ(recs.size(), 3u);
   EXPECT_EQ(recs[0].layer, "zeta");
-  EXPECT_EQ(recs[0].severity, "critical");
+  EXPECT_EQ(recs[0].severity, Severity::kCritical);
   EXPECT_EQ(recs[1].layer, "alpha");
   EXPECT_EQ(recs[2].layer, "head");
   EXPECT_EQ(precision_map_from(recs).pin_fp32, (std::vector<std::string>{"zeta", "alpha", "head"}));
@@ -327,9 +327,9 @@ TEST(Recommend, FixModelAndPinOnDifferentLayers) {
   r.first_nonfinite = event("blocks.0.attn", "aten::softmax", true, true);
   const auto recs = recommend(r);
   ASSERT_EQ(recs.size(), 2u);
-  EXPECT_EQ(recs[0].action, "fix_model");
+  EXPECT_EQ(recs[0].action, Action::kFixModel);
   EXPECT_EQ(recs[0].layer, "blocks.0.attn");
-  EXPECT_EQ(recs[1].action, "pin_fp32");
+  EXPECT_EQ(recs[1].action, Action::kPinFp32);
   EXPECT_EQ(recs[1].layer, "head");
   EXPECT_EQ(precision_map_from(recs).pin_fp32, std::vector<std::string>{"head"});
 }
@@ -350,10 +350,10 @@ TEST(PrecisionMapFrom, MinSeverityFilter) {
 
 TEST(PrecisionMapFrom, SkipsOutsideAndOtherActions) {
   std::vector<Recommendation> recs(4);
-  recs[0] = {kOutsideLayer, "pin_fp32", "critical", {"nonfinite_origin"}, json::object()};
-  recs[1] = {"a", "loss_scaling", "high", {"grad_underflow"}, json::object()};
-  recs[2] = {"b", "pin_fp32", "medium", {"x", "y"}, json::object()};
-  recs[3] = {"b", "pin_fp32", "low", {"y", "z"}, json::object()};
+  recs[0] = {kOutsideLayer, Action::kPinFp32, Severity::kCritical, {"nonfinite_origin"}, json::object()};
+  recs[1] = {"a", Action::kLossScaling, Severity::kHigh, {"grad_underflow"}, json::object()};
+  recs[2] = {"b", Action::kPinFp32, Severity::kMedium, {"x", "y"}, json::object()};
+  recs[3] = {"b", Action::kPinFp32, Severity::kLow, {"y", "z"}, json::object()};
   const PrecisionMap m = precision_map_from(recs);
   EXPECT_EQ(m.pin_fp32, std::vector<std::string>{"b"});
   EXPECT_EQ(m.why.at("b"), (std::vector<std::string>{"x", "y", "z"}));

@@ -118,8 +118,8 @@ Report sample_report() {
   r.loss_scale = {{0, 65536.0, false}, {17, 32768.0, true}};
   Recommendation rec;
   rec.layer = "blocks.3.ffn.wo";
-  rec.action = "pin_fp32";
-  rec.severity = "critical";
+  rec.action = Action::kPinFp32;
+  rec.severity = Severity::kCritical;
   rec.reasons = {"nonfinite_origin", "overflow_float16"};
   rec.evidence = json{{"ops", json::array({json{{"op", "aten::linear"}, {"calls", 50}}})},
                       {"format_max", 65504.0}};
@@ -457,6 +457,10 @@ TEST(ReportJson, TypeErrorsNameThePath) {
   j = sample_json();
   j["recommendations"][0]["severity"] = "urgent";
   expect_error([&] { report_from_json(j); }, "report.value", {"recommendations[0].severity"});
+  j = sample_json();
+  j["recommendations"][0]["action"] = "pin_fp16";
+  expect_error([&] { report_from_json(j); }, "report.value",
+               {"recommendations[0].action", "pin_fp32|loss_scaling|fix_model|watch|fp32_master_weights"});
 }
 
 // ============================================================================= files
@@ -700,4 +704,28 @@ TEST(Summary, AlignedColumns) {
     return p - bol;
   };
   EXPECT_EQ(col_of("aten::linear  "), col_of("aten::relu  "));
+}
+
+TEST(ReportJson, ActionAndSeverityNamesRoundTrip) {
+  // Every enum value has a distinct name that reads back to it and is what report.json holds.
+  for (std::size_t i = 0; i < kActionNames.size(); ++i) {
+    const auto a = static_cast<Action>(i);
+    Action back{};
+    ASSERT_TRUE(from_name(name_of(a), &back));
+    EXPECT_EQ(back, a);
+    EXPECT_EQ(json(a), json(std::string(kActionNames[i])));
+  }
+  for (std::size_t i = 0; i < kSeverityNames.size(); ++i) {
+    const auto s = static_cast<Severity>(i);
+    Severity back{};
+    ASSERT_TRUE(from_name(name_of(s), &back));
+    EXPECT_EQ(back, s);
+    EXPECT_EQ(severity_rank(std::string(name_of(s))), severity_rank(s));
+  }
+  EXPECT_EQ(severity_rank("critical"), 3);
+  EXPECT_EQ(severity_rank("low"), 0);
+  EXPECT_EQ(severity_rank("urgent"), -1);
+  Action a = Action::kWatch;
+  EXPECT_FALSE(from_name("pin_fp16", &a));
+  EXPECT_EQ(a, Action::kWatch);  // unchanged
 }

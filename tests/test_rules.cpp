@@ -74,7 +74,7 @@ Stats fp32_grads(std::int64_t normal, std::int64_t tiny, int tiny_exp) {
 
 const Recommendation* find(const std::vector<Recommendation>& recs, const std::string& action) {
   for (const auto& r : recs)
-    if (r.action == action) return &r;
+    if (name_of(r.action) == action) return &r;
   return nullptr;
 }
 
@@ -91,8 +91,8 @@ TEST(PrecisionLoss, LargeShadowErrorPinsMedium) {
   auto recs = recommend(run("float16", {layer("attn.score", {o})}));
   ASSERT_EQ(recs.size(), 1u);
   EXPECT_EQ(recs[0].layer, "attn.score");
-  EXPECT_EQ(recs[0].action, "pin_fp32");
-  EXPECT_EQ(recs[0].severity, "medium");
+  EXPECT_EQ(recs[0].action, Action::kPinFp32);
+  EXPECT_EQ(recs[0].severity, Severity::kMedium);
   EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"precision_loss"});
   const auto& ev = recs[0].evidence["shadow"][0];
   EXPECT_DOUBLE_EQ(ev["max_rel_err"].get<double>(), 0.2);
@@ -125,8 +125,8 @@ TEST(Headroom, CloseToTheMaxIsMediumWatch) {
   o.absmax_by_step = {{0, 30000.0}, {5, 40000.0}, {9, 35000.0}};
   auto recs = recommend(run("float16", {layer("ffn.wo", {o})}));
   ASSERT_EQ(recs.size(), 1u);
-  EXPECT_EQ(recs[0].action, "watch");
-  EXPECT_EQ(recs[0].severity, "medium");
+  EXPECT_EQ(recs[0].action, Action::kWatch);
+  EXPECT_EQ(recs[0].severity, Severity::kMedium);
   EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"headroom_float16"});
   const auto& ev = recs[0].evidence["headroom"][0];
   EXPECT_DOUBLE_EQ(ev["absmax"].get<double>(), 40000.0);
@@ -139,7 +139,7 @@ TEST(Headroom, GrowingTowardTheMaxIsLowWatchWithProjection) {
   o.absmax_by_step = series(10, 3.0, 1.0);  // 8 .. 4096, doubling every step
   auto recs = recommend(run("float16", {layer("ffn.wo", {o})}));
   ASSERT_EQ(recs.size(), 1u);
-  EXPECT_EQ(recs[0].severity, "low");
+  EXPECT_EQ(recs[0].severity, Severity::kLow);
   const auto& ev = recs[0].evidence["headroom"][0];
   EXPECT_NEAR(ev["growth_binades_per_step"].get<double>(), 1.0, 1e-9);
   // log2(65504 / 4096) = 3.9996 more doublings after step 9: overflow at step 13.
@@ -174,7 +174,7 @@ TEST(Headroom, APinnedLayerGetsNoWatchOnTop) {
   bad.stats.posinf = 4;
   auto recs = recommend(run("float16", {layer("ffn.wo", {o, bad})}));
   ASSERT_EQ(recs.size(), 1u);
-  EXPECT_EQ(recs[0].action, "pin_fp32");
+  EXPECT_EQ(recs[0].action, Action::kPinFp32);
 }
 
 // --- grad_underflow_<format> (loss_scaling)
@@ -187,8 +187,8 @@ TEST(GradUnderflow, ExactCountsOnFp32GradientsRecommendLossScaling) {
   ASSERT_EQ(recs.size(), 1u);
   const Recommendation& r = recs[0];
   EXPECT_EQ(r.layer, "");
-  EXPECT_EQ(r.action, "loss_scaling");
-  EXPECT_EQ(r.severity, "high");
+  EXPECT_EQ(r.action, Action::kLossScaling);
+  EXPECT_EQ(r.severity, Severity::kHigh);
   EXPECT_EQ(r.reasons, std::vector<std::string>{"grad_underflow_float16"});
   const auto& ev = r.evidence["gradients"];
   EXPECT_DOUBLE_EQ(ev["share_lost"].get<double>(), 0.05);
@@ -268,7 +268,7 @@ TEST(LossScale, CollapseBelowOneRecommendsLossScaling) {
   for (int i = 0; i < 20; ++i, s /= 2) r.loss_scale.push_back({i, s, true});
   auto recs = recommend(r);
   ASSERT_EQ(recs.size(), 1u);
-  EXPECT_EQ(recs[0].action, "loss_scaling");
+  EXPECT_EQ(recs[0].action, Action::kLossScaling);
   EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"loss_scale_collapse"});
   const auto& ev = recs[0].evidence["loss_scale"];
   EXPECT_EQ(ev["skipped_steps"], 20);
@@ -309,8 +309,8 @@ TEST(LossScale, BackwardOriginInFloat16AsksForLossScalingNotPins) {
   r.first_nonfinite = backward_origin("float16");
   auto recs = recommend(r);
   ASSERT_EQ(recs.size(), 1u);
-  EXPECT_EQ(recs[0].action, "loss_scaling");
-  EXPECT_EQ(recs[0].severity, "critical");
+  EXPECT_EQ(recs[0].action, Action::kLossScaling);
+  EXPECT_EQ(recs[0].severity, Severity::kCritical);
   EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"grad_overflow_float16"});
   EXPECT_EQ(recs[0].evidence["first_nonfinite"]["op"], "AddmmBackward0");
   // Under a GradScaler the overflow is its business.
@@ -323,7 +323,7 @@ TEST(LossScale, BackwardOriginInFloat32IsAModelBug) {
   r.first_nonfinite = backward_origin("float32");
   auto recs = recommend(r);
   ASSERT_EQ(recs.size(), 1u);
-  EXPECT_EQ(recs[0].action, "fix_model");
+  EXPECT_EQ(recs[0].action, Action::kFixModel);
   EXPECT_EQ(recs[0].layer, "fc2");
 }
 
@@ -490,8 +490,8 @@ TEST(CastLoss, AWeightThatVanishesIsAHighPin) {
   o.cast_loss = {fp16_cast(0, 0, 400, 1)};
   auto recs = recommend(run("float16", {layer("conv", {o})}));
   ASSERT_EQ(recs.size(), 1u);
-  EXPECT_EQ(recs[0].action, "pin_fp32");
-  EXPECT_EQ(recs[0].severity, "high");
+  EXPECT_EQ(recs[0].action, Action::kPinFp32);
+  EXPECT_EQ(recs[0].severity, Severity::kHigh);
   EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"cast_underflow_float16"});
   const auto& ev = recs[0].evidence["cast_loss"][0];
   EXPECT_EQ(ev["argument"], "weight");
@@ -517,7 +517,7 @@ TEST(CastLoss, MaterialShareBoundsTheFinding) {
   o.cast_loss[0].worst_rel_l2 = o.cast_loss[0].lost_rel_l2();  // sqrt(1/3) = 0.577
   auto recs = recommend(run("float16", {layer("l", {o})}));
   ASSERT_EQ(recs.size(), 1u);
-  EXPECT_EQ(recs[0].severity, "high");  // 0.577 of the norm
+  EXPECT_EQ(recs[0].severity, Severity::kHigh);  // 0.577 of the norm
   o.cast_loss = {fp16_cast(0, 0, 0, 0)};
   o.cast_loss[0].values = o.cast_loss[0].nonzero = 2000;
   o.cast_loss[0].underflow = 10;  // 0.5% of the values
@@ -535,10 +535,10 @@ TEST(CastLoss, TheModelsOwnCastIsFixModelAndOverflowIsHigh) {
   auto recs = recommend(run("float16", {layer("a", {cast}), layer("b", {lin})}));
   ASSERT_EQ(recs.size(), 2u);
   EXPECT_EQ(recs[0].layer, "a");
-  EXPECT_EQ(recs[0].action, "fix_model");
+  EXPECT_EQ(recs[0].action, Action::kFixModel);
   EXPECT_EQ(recs[1].layer, "b");
-  EXPECT_EQ(recs[1].action, "pin_fp32");
-  EXPECT_EQ(recs[1].severity, "high");
+  EXPECT_EQ(recs[1].action, Action::kPinFp32);
+  EXPECT_EQ(recs[1].severity, Severity::kHigh);
   EXPECT_EQ(recs[1].reasons, std::vector<std::string>{"cast_overflow_float16"});
 }
 
@@ -555,8 +555,8 @@ TEST(DegenerateOutput, AZeroOutputWhoseFloat32RunIsNotIsAHighPin) {
   o.degenerate = DegenerateRecord{3, 3, 2, 4, 0.0, 1.0, 2e-9};
   auto recs = recommend(run("float16", {layer("c", {o})}));
   ASSERT_EQ(recs.size(), 1u);
-  EXPECT_EQ(recs[0].action, "pin_fp32");
-  EXPECT_EQ(recs[0].severity, "high");
+  EXPECT_EQ(recs[0].action, Action::kPinFp32);
+  EXPECT_EQ(recs[0].severity, Severity::kHigh);
   EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"degenerate_output_float16"});
   EXPECT_EQ(recs[0].evidence["degenerate"][0]["first_step"], 4);
 }
@@ -574,10 +574,10 @@ TEST(StaleUpdates, ShareOfDueUpdatesRoundedAwayNamesMasterWeights) {
   EXPECT_TRUE(with_stale(50).empty());  // 5%: below kStaleUpdateShare
   auto medium = with_stale(200);
   ASSERT_EQ(medium.size(), 1u);
-  EXPECT_EQ(medium[0].action, "fp32_master_weights");
-  EXPECT_EQ(medium[0].severity, "medium");
+  EXPECT_EQ(medium[0].action, Action::kFp32MasterWeights);
+  EXPECT_EQ(medium[0].severity, Severity::kMedium);
   EXPECT_EQ(medium[0].reasons, std::vector<std::string>{"stale_updates_bfloat16"});
-  EXPECT_EQ(with_stale(998)[0].severity, "high");
+  EXPECT_EQ(with_stale(998)[0].severity, Severity::kHigh);
 }
 
 TEST(PrecisionLoss, AReRunThatDiffersCompletelyIsHigh) {
@@ -587,7 +587,7 @@ TEST(PrecisionLoss, AReRunThatDiffersCompletelyIsHigh) {
   o.shadow.min_cosine = 0.0;
   auto recs = recommend(run("float16", {layer("c", {o})}));
   ASSERT_EQ(recs.size(), 1u);
-  EXPECT_EQ(recs[0].severity, "high");
+  EXPECT_EQ(recs[0].severity, Severity::kHigh);
 }
 
 TEST(SilentLoss, RecordsSurviveJson) {

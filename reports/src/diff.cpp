@@ -20,7 +20,7 @@ std::int64_t origins(const Report& r) {
 std::set<std::string> pins(const Report& r) {
   std::set<std::string> out;
   for (const Recommendation& rec : r.recommendations) {
-    if (rec.action == "pin_fp32") out.insert(rec.layer);
+    if (rec.action == Action::kPinFp32) out.insert(rec.layer);
   }
   return out;
 }

@@ -116,7 +116,7 @@ json aggregates_json(const Report& r) {
 
 json recs_json(const Report& r) {
   json out = json::object();
-  for (const Recommendation& rec : r.recommendations) out[rec.layer].push_back(rec.action);
+  for (const Recommendation& rec : r.recommendations) out[rec.layer].push_back(std::string(name_of(rec.action)));
   return out;
 }
 

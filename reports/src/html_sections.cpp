@@ -171,7 +171,7 @@ void verdict_section(const Report& r, std::string& out) {
   if (r.run.world_size > 1) out += " · rank " + std::to_string(e.rank);
   out += "</p><p class=\"diag\">" + diagnosis(r, e) + "</p>";
   if (const Recommendation* rec = rec_for(r, e.layer))
-    out += "<p class=\"action\">→ <code>" + esc(rec->action) + "</code> " + layer_link(rec->layer) +
+    out += "<p class=\"action\">→ <code>" + std::string(name_of(rec->action)) + "</code> " + layer_link(rec->layer) +
            "</p>";
   if (e.output_stats) {
     const Stats& s = *e.output_stats;
@@ -239,8 +239,8 @@ void recommendations_section(const Report& r, std::string& out) {
     for (const std::string& code : rec.reasons)
       reasons += "<code class=\"code\">" + esc(code) + "</code> ";
     out += fmt::format("<tr><td class=\"n\">{}</td><td><span class=\"sev sev-{}\">{}</span></td>",
-                       ++rank, esc(rec.severity), esc(rec.severity));
-    out += "<td><code class=\"act act-" + esc(rec.action) + "\">" + esc(rec.action) +
+                       ++rank, name_of(rec.severity), name_of(rec.severity));
+    out += "<td><code class=\"act act-" + std::string(name_of(rec.action)) + "\">" + std::string(name_of(rec.action)) +
            "</code></td><td>" + layer_link(rec.layer) + "</td><td>" + reasons + "</td><td>" +
            esc(key_evidence(rec)) + "<details><summary>all evidence</summary><pre>" +
            esc(rec.evidence.dump(2, ' ', false, nlohmann::json::error_handler_t::replace)) +
@@ -248,7 +248,7 @@ void recommendations_section(const Report& r, std::string& out) {
   }
   out += "</tbody></table>\n";
   for (const Recommendation& rec : r.recommendations) {
-    if (rec.action != "pin_fp32") continue;
+    if (rec.action != Action::kPinFp32) continue;
     out +=
         "<p class=\"hint\">Apply the pins: <code>ampscope map report.json -o "
         "precision_map.json</code>, "

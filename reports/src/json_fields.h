@@ -223,6 +223,9 @@ class FieldWriter {
   void list_req(const char* key, const std::vector<Item>& items) { list(key, items); }
   /// Free-form JSON (an object), written as it is.
   void object(const char* key, const json& v) { out_[key] = ojson(v); }
+  /// An enum written as its name (name_of).
+  template <typename E>
+  void named(const char* key, E v) { out_[key] = std::string(name_of(v)); }
   /// A required boolean that may be null (not known).
   void maybe_bool(const char* key, const std::optional<bool>& v) { out_[key] = v ? ojson(*v) : ojson(nullptr); }
   template <typename Item>
@@ -298,6 +301,12 @@ class FieldReader {
     if (!j || j->is_null()) return;
     if (!j->is_object()) type_error(o_.path(key), "object", *j);
     v = *j;
+  }
+  template <typename E>
+  void named(const char* key, E& v) {
+    const std::string s = o_.str(key);
+    if (!from_name(s, &v))
+      value_error(o_.path(key), "expected one of " + names_of(v) + ", got \"" + printable(s, 60) + "\"");
   }
   void maybe_bool(const char* key, std::optional<bool>& v) {
     const json& j = o_.need(key);

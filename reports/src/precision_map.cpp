@@ -21,7 +21,7 @@ PrecisionMap precision_map_from(const std::vector<Recommendation>& recs,
                                 "\" (expected critical, high, medium or low)");
   PrecisionMap m;
   for (const Recommendation& r : recs) {
-    if (r.action != "pin_fp32" || severity_rank(r.severity) < min_rank) continue;
+    if (r.action != Action::kPinFp32 || severity_rank(r.severity) < min_rank) continue;
     // "<outside>" collects ops that ran outside every attached module: the report shows its
     // recommendation to the user, but there is no module to pin, so it never enters the map.
     if (r.layer == kOutsideLayer) continue;

@@ -52,11 +52,8 @@ namespace ampscope::reports {
 using json = nlohmann::json;
 
 int severity_rank(const std::string& severity) {
-  if (severity == "critical") return 3;
-  if (severity == "high") return 2;
-  if (severity == "medium") return 1;
-  if (severity == "low") return 0;
-  return -1;
+  Severity s;
+  return from_name(severity, &s) ? severity_rank(s) : -1;
 }
 
 namespace detail {
@@ -116,7 +113,7 @@ void origin_rule(const Report& r, Findings& out) {
 
   Finding f;
   f.layer = e.layer;
-  f.severity = "critical";
+  f.severity = Severity::kCritical;
   if (e.phase == "backward") {
     // A gradient that overflowed: pinning one layer only moves the overflow to the next one
     // down; the gradients' scale is what is wrong. Under a GradScaler that is its job (it
@@ -125,10 +122,10 @@ void origin_rule(const Report& r, Findings& out) {
     Format fmt;
     if (dtypes::as_format(e.compute_dtype, &fmt)) {
       if (!r.loss_scale.empty()) return;
-      f.action = "loss_scaling";
+      f.action = Action::kLossScaling;
       f.reasons = {"grad_overflow_" + dtype_name(e.compute_dtype)};
     } else {
-      f.action = "fix_model";
+      f.action = Action::kFixModel;
       f.reasons = {"nonfinite_in_fp32"};
     }
     f.evidence["first_nonfinite"] = std::move(origin);
@@ -142,13 +139,13 @@ void origin_rule(const Report& r, Findings& out) {
   const std::string cd = dtype_name(e.compute_dtype);
   const bool ran_wide = cd == "float32" || cd == "float64";
   if (!e.inputs_finite) {
-    f.action = "fix_model";
+    f.action = Action::kFixModel;
     f.reasons = {e.nonfinite_scalar ? "nonfinite_constant" : "nonfinite_input"};
   } else if (e.fp32_also_nonfinite.value_or(false) || ran_wide) {
-    f.action = "fix_model";
+    f.action = Action::kFixModel;
     f.reasons = {"nonfinite_in_fp32"};
   } else {
-    f.action = "pin_fp32";
+    f.action = Action::kPinFp32;
     f.reasons = {"nonfinite_origin"};
   }
   f.evidence["first_nonfinite"] = std::move(origin);
@@ -191,8 +188,8 @@ void lowp_op_rule(const Report& r, Findings& out) {
 
       Finding f;
       f.layer = layer.name;
-      f.action = "pin_fp32";
-      f.severity = "high";
+      f.action = Action::kPinFp32;
+      f.severity = Severity::kHigh;
       f.reasons = {infs ? "overflow_" + lowp : "nonfinite_lowp"};
       f.evidence["ops"] = json::array({std::move(ev)});
       out.push_back(std::move(f));
@@ -217,10 +214,10 @@ void precision_loss_rule(const Report& r, Findings& out) {
       ev["worst_step"] = sh.worst_step;
       Finding f;
       f.layer = layer.name;
-      f.action = "pin_fp32";
+      f.action = Action::kPinFp32;
       // A re-run that differs completely is not a rounding nuance: the layer's result is lost.
       const bool lost = sh.max_rel_err >= kShadowLostRelErr || sh.min_cosine <= kShadowLostCosine;
-      f.severity = lost ? "high" : "medium";
+      f.severity = lost ? Severity::kHigh : Severity::kMedium;
       f.reasons = {"precision_loss"};
       f.evidence["shadow"] = json::array({std::move(ev)});
       out.push_back(std::move(f));
@@ -278,8 +275,8 @@ void headroom_rule(const Report& r, Findings& out) {
         ev["projected_overflow_step"] = op.absmax_by_step.back().first + static_cast<std::int64_t>(std::ceil(steps_left));
       Finding f;
       f.layer = layer.name;
-      f.action = "watch";
-      f.severity = close ? "medium" : "low";
+      f.action = Action::kWatch;
+      f.severity = close ? Severity::kMedium : Severity::kLow;
       f.reasons = {"headroom_" + lowp};
       f.evidence["headroom"] = json::array({std::move(ev)});
       out.push_back(std::move(f));
@@ -406,8 +403,8 @@ void grad_underflow_rule(const Report& r, Findings& out) {
 
   Finding f;
   f.layer = "";  // loss scaling acts on the whole model
-  f.action = "loss_scaling";
-  f.severity = "high";
+  f.action = Action::kLossScaling;
+  f.severity = Severity::kHigh;
   f.reasons = {"grad_underflow_" + name};
   f.evidence["gradients"] = std::move(ev);
   out.push_back(std::move(f));
@@ -443,8 +440,8 @@ void loss_scale_rule(const Report& r, Findings& out) {
   ev["final_scale"] = num(last);
   Finding f;
   f.layer = "";
-  f.action = "loss_scaling";
-  f.severity = "high";
+  f.action = Action::kLossScaling;
+  f.severity = Severity::kHigh;
   f.reasons = {"loss_scale_collapse"};
   f.evidence["loss_scale"] = std::move(ev);
   out.push_back(std::move(f));
@@ -490,19 +487,19 @@ std::vector<Recommendation> merge(Findings findings) {
   // A layer whose problem is a model bug gets no pin: a pin cannot fix it.
   recs.erase(std::remove_if(recs.begin(), recs.end(),
                             [&](const Recommendation& p) {
-                              return p.action == "pin_fp32" &&
+                              return p.action == Action::kPinFp32 &&
                                      std::any_of(recs.begin(), recs.end(), [&](const Recommendation& o) {
-                                       return o.layer == p.layer && o.action == "fix_model";
+                                       return o.layer == p.layer && o.action == Action::kFixModel;
                                      });
                             }),
              recs.end());
   // A layer that is pinned or must be fixed needs no watch on top.
   recs.erase(std::remove_if(recs.begin(), recs.end(),
                             [&](const Recommendation& w) {
-                              return w.action == "watch" &&
+                              return w.action == Action::kWatch &&
                                      std::any_of(recs.begin(), recs.end(), [&](const Recommendation& o) {
                                        return o.layer == w.layer &&
-                                              (o.action == "pin_fp32" || o.action == "fix_model");
+                                              (o.action == Action::kPinFp32 || o.action == Action::kFixModel);
                                      });
                             }),
              recs.end());
@@ -510,7 +507,7 @@ std::vector<Recommendation> merge(Findings findings) {
     const int ra = severity_rank(a.severity), rb = severity_rank(b.severity);
     if (ra != rb) return ra > rb;
     if (a.layer != b.layer) return a.layer < b.layer;
-    return a.action < b.action;
+    return name_of(a.action) < name_of(b.action);  // (the order of the names, as before)
   });
   return recs;
 }

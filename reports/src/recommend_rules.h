@@ -12,8 +12,8 @@ namespace ampscope::reports {
 /// What one rule proposes; the engine merges findings that share (layer, action).
 struct Finding {
   std::string layer;
-  std::string action;
-  std::string severity;
+  Action action = Action::kWatch;
+  Severity severity = Severity::kLow;
   std::vector<std::string> reasons;
   nlohmann::json evidence = nlohmann::json::object();
 };

@@ -68,8 +68,8 @@ std::optional<Finding> cast_finding(const Layer& layer, const OpRecord& op,
   if (!overflow && !underflow) return std::nullopt;
   Finding f;
   f.layer = layer.name;
-  f.action = c.arg_index < 0 ? "fix_model" : "pin_fp32";
-  f.severity = overflow || l2 >= kCastLossHighShare ? "high" : "medium";
+  f.action = c.arg_index < 0 ? Action::kFixModel : Action::kPinFp32;
+  f.severity = overflow || l2 >= kCastLossHighShare ? Severity::kHigh : Severity::kMedium;
   if (underflow) f.reasons.push_back("cast_underflow_" + fmt);
   if (overflow) f.reasons.push_back("cast_overflow_" + fmt);
   f.evidence["cast_loss"] = json::array({cast_evidence(op, c)});
@@ -116,8 +116,8 @@ void degenerate_output_rule(const Report& r, Findings& out) {
       ev["first_step"] = d.first_step;
       Finding f;
       f.layer = layer.name;
-      f.action = "pin_fp32";
-      f.severity = "high";
+      f.action = Action::kPinFp32;
+      f.severity = Severity::kHigh;
       f.reasons = {"degenerate_output_" + dtypes::bare(op.compute_dtype)};
       f.evidence["degenerate"] = json::array({std::move(ev)});
       out.push_back(std::move(f));
@@ -153,8 +153,8 @@ void stale_updates_rule(const Report& r, Findings& out) {
         ev["worst_share"] = num(s.worst_share);
         Finding f;
         f.layer = layer.name;
-        f.action = "fp32_master_weights";
-        f.severity = sh >= kStaleUpdateHighShare ? "high" : "medium";
+        f.action = Action::kFp32MasterWeights;
+        f.severity = sh >= kStaleUpdateHighShare ? Severity::kHigh : Severity::kMedium;
         f.reasons = {"stale_updates_" + dtypes::bare(s.dtype)};
         f.evidence["stale_updates"] = json::array({std::move(ev)});
         out.push_back(std::move(f));

@@ -267,13 +267,10 @@ auto fields(F& f, R& p) -> if_record<R, LossScalePoint> {
 template <typename F, typename R>
 auto fields(F& f, R& r) -> if_record<R, Recommendation> {
   f.req("layer", r.layer);
-  f.req("action", r.action);
-  f.req("severity", r.severity);
+  f.named("action", r.action);
+  f.named("severity", r.severity);
   f.req("reasons", r.reasons);
   f.object("evidence", r.evidence);
-}
-inline void finish_read(const Recommendation& r, const Obj& o) {
-  check_one_of(r.severity, {"critical", "high", "medium", "low"}, o.path("severity"));
 }
 
 /// The derived what-if table (report_json.cpp; recomputed from the stats, never read back).

@@ -34,10 +34,10 @@ struct Style {
     return on ? fmt::format("\x1b[{}m{}\x1b[0m", code, s) : s;
   }
   std::string bold(const std::string& s) const { return wrap(s, "1"); }
-  std::string severity(const std::string& padded, const std::string& sev) const {
-    if (sev == "critical") return wrap(padded, "1;31");
-    if (sev == "high") return wrap(padded, "31");
-    if (sev == "medium") return wrap(padded, "33");
+  std::string severity(const std::string& padded, Severity sev) const {
+    if (sev == Severity::kCritical) return wrap(padded, "1;31");
+    if (sev == Severity::kHigh) return wrap(padded, "31");
+    if (sev == Severity::kMedium) return wrap(padded, "33");
     return padded;
   }
 };
@@ -108,7 +108,7 @@ void top_risks(const Report& report, const Style& st, std::string& out) {
   }
   Table t({"SEVERITY", "ACTION", "LAYER", "REASONS", "EVIDENCE"});
   for (const Recommendation& r : recs)
-    t.row({r.severity, r.action, truncate_middle(text::layer_label(r.layer), kNameWidth),
+    t.row({std::string(name_of(r.severity)), std::string(name_of(r.action)), truncate_middle(text::layer_label(r.layer), kNameWidth),
            truncate_middle(join(r.reasons, ","), 40), text::truncate_end(key_evidence(r), 100)});
   out += t.render("  ", [&](int row, std::size_t col, const std::string& s) {
     if (row < 0 || col != 0) return s;

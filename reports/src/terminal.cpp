@@ -96,7 +96,7 @@ Report terminal_safe(const Report& in) {
   for (NonFiniteEvent& e : r.first_nonfinite_by_rank) event_safe(e);
   if (r.scaler_caught) event_safe(r.scaler_caught->first);
   for (Recommendation& rec : r.recommendations) {
-    for (std::string* s : {&rec.layer, &rec.action, &rec.severity}) *s = terminal_safe(*s);
+    rec.layer = terminal_safe(rec.layer);  // (action and severity are enums)
     strings_safe(rec.reasons);
     json_safe(rec.evidence);
   }

@@ -93,7 +93,7 @@ ojson pin_evidence(const FixOutcome& o, const PinHistory& h, const std::string& 
   } else {
     j["added"] = fmt::format("round {}", h.round);
     j["added_by"] = {{"run", relative(o.run(h.added_by).dir, out)},
-                     {"severity", h.rec.severity},
+                     {"severity", std::string(reports::name_of(h.rec.severity))},
                      {"reasons", h.rec.reasons},
                      {"evidence", ojson::parse(h.rec.evidence.dump())}};
   }
@@ -197,7 +197,7 @@ std::string remains_section(const FixOutcome& o) {
   std::string s;
   if (r.first_nonfinite) s += "  " + nonfinite_text(*r.first_nonfinite) + "\n";
   for (const auto& rec : r.recommendations) {
-    s += fmt::format("  {:<9} {:<20} {:<16} {}\n", rec.severity, rec.action, label(rec.layer),
+    s += fmt::format("  {:<9} {:<20} {:<16} {}\n", reports::name_of(rec.severity), reports::name_of(rec.action), label(rec.layer),
                      joined(rec.reasons, ","));
   }
   return "what remains (final run " + std::to_string(o.final_run) + "):\n" +

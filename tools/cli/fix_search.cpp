@@ -12,7 +12,7 @@ namespace ampscope::cli::fix {
 std::vector<std::string> pin_findings(const reports::Report& r) {
   std::vector<std::string> out;
   for (const reports::Recommendation& rec : r.recommendations) {
-    if (rec.action != "pin_fp32" || rec.layer == reports::kOutsideLayer) continue;
+    if (rec.action != reports::Action::kPinFp32 || rec.layer == reports::kOutsideLayer) continue;
     if (std::find(out.begin(), out.end(), rec.layer) == out.end()) out.push_back(rec.layer);
   }
   return out;
@@ -125,7 +125,7 @@ class Search {
   bool add_recommended(const RunRecord& r, int round) {
     std::vector<const reports::Recommendation*> fresh;
     for (const auto& rec : r.report.recommendations) {
-      if (rec.action == "pin_fp32" && rec.layer != reports::kOutsideLayer && !history(rec.layer))
+      if (rec.action == reports::Action::kPinFp32 && rec.layer != reports::kOutsideLayer && !history(rec.layer))
         fresh.push_back(&rec);
     }
     if (fresh.empty()) return false;

@@ -8,10 +8,12 @@
 #include <ampscope/profiler/kernel_trace.h>
 #include <ampscope/profiler/stats.h>
 
+#include <array>
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ampscope::reports {
@@ -177,10 +179,52 @@ struct LossScalePoint {
   bool found_inf = false;
 };
 
+/// What a recommendation asks for; JSON: its name in kActionNames.
+enum class Action : std::uint8_t { kPinFp32, kLossScaling, kFixModel, kWatch, kFp32MasterWeights };
+inline constexpr std::array<std::string_view, 5> kActionNames{"pin_fp32", "loss_scaling", "fix_model", "watch",
+                                                              "fp32_master_weights"};
+/// How urgent a recommendation is, most severe first; JSON: its name in kSeverityNames.
+enum class Severity : std::uint8_t { kCritical, kHigh, kMedium, kLow };
+inline constexpr std::array<std::string_view, 4> kSeverityNames{"critical", "high", "medium", "low"};
+
+constexpr std::string_view name_of(Action a) { return kActionNames[static_cast<std::size_t>(a)]; }
+constexpr std::string_view name_of(Severity s) { return kSeverityNames[static_cast<std::size_t>(s)]; }
+/// The enum value called `name`; false (and *out unchanged) when there is none.
+template <typename E, std::size_t N>
+constexpr bool from_name_in(const std::array<std::string_view, N>& names, std::string_view name, E* out) {
+  for (std::size_t i = 0; i < N; ++i) {
+    if (names[i] == name) {
+      *out = static_cast<E>(i);
+      return true;
+    }
+  }
+  return false;
+}
+constexpr bool from_name(std::string_view name, Action* out) { return from_name_in(kActionNames, name, out); }
+constexpr bool from_name(std::string_view name, Severity* out) { return from_name_in(kSeverityNames, name, out); }
+/// The names an enum's JSON may hold ("critical|high|medium|low").
+inline std::string names_of(Action) {
+  std::string s;
+  for (auto n : kActionNames) s += (s.empty() ? "" : "|") + std::string(n);
+  return s;
+}
+inline std::string names_of(Severity) {
+  std::string s;
+  for (auto n : kSeverityNames) s += (s.empty() ? "" : "|") + std::string(n);
+  return s;
+}
+/// critical 3, high 2, medium 1, low 0.
+constexpr int severity_rank(Severity s) { return 3 - static_cast<int>(s); }
+/// nlohmann's hook (json j = action;): the name, never the number.
+template <typename BasicJson>
+void to_json(BasicJson& j, Action a) { j = std::string(name_of(a)); }
+template <typename BasicJson>
+void to_json(BasicJson& j, Severity s) { j = std::string(name_of(s)); }
+
 struct Recommendation {
   std::string layer;
-  std::string action;    ///< "pin_fp32" | "loss_scaling" | "fix_model" | ...
-  std::string severity;  ///< "critical" | "high" | "medium" | "low"
+  Action action = Action::kWatch;
+  Severity severity = Severity::kLow;
   std::vector<std::string> reasons;  ///< stable codes, see README
   nlohmann::json evidence = nlohmann::json::object();
 };
