@@ -7,27 +7,6 @@
 
 namespace ampscope {
 
-std::string_view phase_name(Phase p) {
-  switch (p) {
-    case Phase::kForward: return "forward";
-    case Phase::kBackward: return "backward";
-    case Phase::kOptimizer: return "optimizer";
-    case Phase::kSetup: return "setup";
-    case Phase::kBetween: return "between";
-  }
-  return "forward";
-}
-
-std::string_view autocast_class_name(AutocastClass c) {
-  switch (c) {
-    case AutocastClass::kNone: return "none";
-    case AutocastClass::kLowerPrecision: return "lower_precision";
-    case AutocastClass::kFp32: return "fp32";
-    case AutocastClass::kPromote: return "promote";
-  }
-  return "none";
-}
-
 std::string dtype_name(std::int8_t scalar_type) {
   if (scalar_type < 0) return "";
   switch (static_cast<c10::ScalarType>(scalar_type)) {

@@ -187,9 +187,7 @@ auto fields(F& f, R& op) -> if_record<R, OpRecord> {
   f.maybe("degenerate_output", op.degenerate, Empty::kOmit);
   f.series("absmax_by_step", op.absmax_by_step);
 }
-inline void finish_read(const OpRecord& op, const Obj& o) {
-  check_one_of(op.phase, {"forward", "backward", "optimizer", "setup", "between"}, o.path("phase"));
-}
+// (an op's phase and autocast class are checked against phases.h's tables by validate_report)
 
 template <typename F, typename R>
 auto fields(F& f, R& p) -> if_record<R, ParamRecord> {

@@ -1,6 +1,7 @@
 // Value validation of a parsed report (see report_validate.h). Each check names the JSON path.
 #include <ampscope/reports/report_json.h>
 #include <ampscope/reports/report_validate.h>
+#include <ampscope/profiler/phases.h>
 
 #include <algorithm>
 #include <cctype>
@@ -32,6 +33,15 @@ void one_of(const std::string& v, std::initializer_list<const char*> allowed, co
   bad(where, "expected one of " + list + ", got " + quoted(v));
 }
 
+/// `v` is one of the names of a table (phases.h).
+template <std::size_t N>
+void one_of(const std::string& v, const std::array<std::string_view, N>& allowed, const std::string& where) {
+  if (is_one_of(allowed, v)) return;
+  std::string list;
+  for (std::string_view a : allowed) list += (list.empty() ? "" : "|") + std::string(a);
+  bad(where, "expected one of " + list + ", got " + quoted(v));
+}
+
 void non_negative(std::int64_t v, const std::string& where) {
   if (v < 0) bad(where, "negative value " + std::to_string(v));
 }
@@ -41,7 +51,7 @@ void dtype(const std::string& d, const std::string& where) {
 }
 
 void phase(const std::string& p, const std::string& where) {
-  one_of(p, {"forward", "backward", "optimizer", "setup", "between"}, where);
+  one_of(p, kPhaseNames, where);
 }
 
 void stats(const Stats& s, const std::string& where) {
@@ -65,7 +75,7 @@ void stats(const Stats& s, const std::string& where) {
 
 void op(const OpRecord& o, const std::string& w) {
   phase(o.phase, w + ".phase");
-  one_of(o.autocast, {"lower_precision", "fp32", "promote", "none"}, w + ".autocast");
+  one_of(o.autocast, kAutocastClassNames, w + ".autocast");
   dtype(o.input_dtype, w + ".input_dtype");
   dtype(o.compute_dtype, w + ".compute_dtype");
   dtype(o.output_dtype, w + ".output_dtype");

@@ -10,6 +10,7 @@
 #include <ampscope/profiler/fp32_check.h>
 #include <ampscope/profiler/kernel_trace.h>
 #include <ampscope/profiler/name_filter.h>
+#include <ampscope/profiler/phases.h>
 #include <ampscope/profiler/stats.h>
 
 #include <cstdint>
@@ -27,17 +28,6 @@ namespace ampscope {
 /// Layer ids are issued by the layer registry (hooks/). 0 is "<outside>".
 using LayerId = std::int32_t;
 inline constexpr LayerId kOutsideLayerId = 0;
-
-/// kSetup: before the first forward of the run (model construction, initialisation);
-/// kBetween: after a backward pass and before the optimizer step (clipping, unscaling).
-enum class Phase : std::uint8_t { kForward = 0, kBackward, kOptimizer, kSetup, kBetween };
-/// "forward" | "backward" | "optimizer" | "setup" | "between".
-std::string_view phase_name(Phase p);
-
-/// What autocast did to an op call.
-enum class AutocastClass : std::uint8_t { kNone = 0, kLowerPrecision, kFp32, kPromote };
-/// "none" | "lower_precision" | "fp32" | "promote".
-std::string_view autocast_class_name(AutocastClass c);
 
 struct ObserverOptions {
   /// Record steps 0, N, 2N, ... only. On the others the recording callbacks are switched off
