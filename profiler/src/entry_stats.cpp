@@ -8,21 +8,6 @@
 namespace ampscope {
 namespace {
 
-/// a += b, refusing to wrap around (a merged count past int64 is no count at all).
-void add(std::int64_t& a, std::int64_t b, const char* what) {
-  if (__builtin_add_overflow(a, b, &a)) throw std::overflow_error(std::string(what) + ": merged count overflows int64");
-}
-
-/// Stats::merge after checking that no count can overflow: every other count of a valid block
-/// is at most `count` (report_validate.cpp), so checking the counts suffices.
-void merge_stats(Stats& into, const Stats& s, const char* what) {
-  std::int64_t total = into.count;
-  add(total, s.count, what);
-  into.merge(s);
-}
-
-std::int64_t earliest(std::int64_t a, std::int64_t b) { return a < 0 ? b : b < 0 ? a : std::min(a, b); }
-
 /// Per step, the maximum of both series; then halved back under kMaxSeries.
 void merge_series(StepSeries& into, const StepSeries& from) {
   if (from.empty()) return;
@@ -47,6 +32,16 @@ void merge_series(StepSeries& into, const StepSeries& from) {
 
 }  // namespace
 
+void add_count(std::int64_t& a, std::int64_t b, const std::string& what) {
+  if (__builtin_add_overflow(a, b, &a)) throw std::overflow_error(what + ": merged count overflows int64");
+}
+
+void merge_stats_checked(Stats& into, const Stats& s, const std::string& what) {
+  std::int64_t total = into.count;
+  add_count(total, s.count, what);
+  into.merge(s);
+}
+
 void add_series_point(StepSeries& series, std::int64_t step, double value) {
   if (series.empty() || series.back().first < step) {
     series.emplace_back(step, value);
@@ -66,12 +61,12 @@ void add_series_point(StepSeries& series, std::int64_t step, double value) {
 }
 
 void EntryStats::add_nonfinite_counts(const EntryStats& o) {
-  add(nonfinite_from_finite, o.nonfinite_from_finite, "nonfinite_from_finite");
-  add(benign_nonfinite, o.benign_nonfinite, "benign_nonfinite");
-  add(harmful_nonfinite, o.harmful_nonfinite, "harmful_nonfinite");
-  add(fp32_finite, o.fp32_finite, "fp32_finite");
-  add(fp32_nonfinite, o.fp32_nonfinite, "fp32_nonfinite");
-  first_nonfinite_step = earliest(first_nonfinite_step, o.first_nonfinite_step);
+  add_count(nonfinite_from_finite, o.nonfinite_from_finite, "nonfinite_from_finite");
+  add_count(benign_nonfinite, o.benign_nonfinite, "benign_nonfinite");
+  add_count(harmful_nonfinite, o.harmful_nonfinite, "harmful_nonfinite");
+  add_count(fp32_finite, o.fp32_finite, "fp32_finite");
+  add_count(fp32_nonfinite, o.fp32_nonfinite, "fp32_nonfinite");
+  first_nonfinite_step = earliest_step(first_nonfinite_step, o.first_nonfinite_step);
 }
 
 bool EntryStats::has_nonfinite_counts() const {
@@ -89,19 +84,19 @@ void EntryStats::merge(const EntryStats& o) {
   }
   add_nonfinite_counts(o);
   if (o.calls == 0) return;
-  add(calls, o.calls, "calls");
-  add(casts, o.casts, "casts");
+  add_count(calls, o.calls, "calls");
+  add_count(casts, o.casts, "casts");
   first_step = std::min(first_step, o.first_step);
   last_step = std::max(last_step, o.last_step);
-  merge_stats(stats, o.stats, "stats");
+  merge_stats_checked(stats, o.stats, "stats");
   if (o.input_stats) {
-    if (input_stats) merge_stats(*input_stats, *o.input_stats, "input_stats");
+    if (input_stats) merge_stats_checked(*input_stats, *o.input_stats, "input_stats");
     else input_stats = o.input_stats;
   }
   shadow.merge(o.shadow);
   std::int64_t launches = kernels.launches, time_ns = kernels.time_ns;
-  add(launches, o.kernels.launches, "kernels.launches");
-  add(time_ns, o.kernels.time_ns, "kernels.time_ns");
+  add_count(launches, o.kernels.launches, "kernels.launches");
+  add_count(time_ns, o.kernels.time_ns, "kernels.time_ns");
   kernels.merge(o.kernels);
   merge_series(absmax_by_step, o.absmax_by_step);
 }

@@ -160,7 +160,6 @@ struct ThreadState {
 
 thread_local ThreadState tls;
 
-
 ThreadState& thread_state() {
   auto gen = global().generation.load(std::memory_order_acquire);
   if (tls.generation != gen) {
@@ -498,15 +497,10 @@ std::int64_t update_scale_step(GlobalState& g) {
   return belongs;
 }
 
-/// True when the observer's callback is the only one active on this thread (no torch.profiler,
-/// no other observer).
-bool only_our_callbacks() {
-  return at::getStepCallbacks(at::RecordScope::FUNCTION).callbacks_.size() == 1;
-}
-
 std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn);
 
-/// True when a callback other than the observer's is active on this thread.
+/// True when a callback other than the observer's is active on this thread (torch.profiler,
+/// another tool).
 bool others_observing() {
   for (const auto& c : at::getStepCallbacks(at::RecordScope::FUNCTION).callbacks_) {
     if (c.start_ != &on_start) return true;
@@ -570,12 +564,12 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   try {
     if (depth == 0) {
       if (sentinel && watched(g, step, t) && watch_skips(fn, t)) {
-        quiet_children(t, depth, only_our_callbacks());
+        quiet_children(t, depth, !others_observing());
         return nullptr;
       }
       const OpInfo& info = lookup(t, fn);
       if (info.internal || info.filtered_out) {
-        quiet_children(t, depth, only_our_callbacks());
+        quiet_children(t, depth, !others_observing());
         return nullptr;
       }
       auto call = std::make_unique<Call>();
@@ -583,7 +577,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       call->step = step;
       call->sentinel = sentinel;
       call->seq0 = at::sequence_number::peek();  // (fn.seqNr() is -1 for some calls)
-      call->quiet = only_our_callbacks();
+      call->quiet = !others_observing();
       if (backward) {
         start_backward_top(t, fn, *call);
         quiet_children(t, depth, call->quiet);  // a node's own arithmetic: nothing to see

@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-namespace ampscope::reports::detail {
+namespace ampscope::reports::json_io {
 
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
@@ -345,4 +345,4 @@ class FieldReader {
   const Obj& o_;
 };
 
-}  // namespace ampscope::reports::detail
+}  // namespace ampscope::reports::json_io

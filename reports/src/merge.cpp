@@ -13,20 +13,13 @@
 
 namespace ampscope::reports {
 
-namespace {
-/// The earliest of two steps, -1 meaning none.
-std::int64_t earliest(std::int64_t a, std::int64_t b) {
-  return a < 0 ? b : b < 0 ? a : std::min(a, b);
-}
-}  // namespace
-
 double CastLossRecord::lost_rel_l2() const {
   if (!(source_sq > 0.0)) return underflow > 0 ? 1.0 : 0.0;
   return std::min(1.0, std::sqrt(lost_sq / source_sq));
 }
 
 void CastLossRecord::add(const CastLossRecord& o) {
-  first_step = earliest(first_step, o.first_step);
+  first_step = earliest_step(first_step, o.first_step);
   if (o.worst_rel_l2 > worst_rel_l2 || worst_step < 0) {
     worst_rel_l2 = o.worst_rel_l2;
     worst_step = o.worst_step;
@@ -43,7 +36,7 @@ void CastLossRecord::add(const CastLossRecord& o) {
 }
 
 void DegenerateRecord::add(const DegenerateRecord& o) {
-  first_step = earliest(first_step, o.first_step);
+  first_step = earliest_step(first_step, o.first_step);
   zero_outputs += o.zero_outputs;
   checked += o.checked;
   degenerate += o.degenerate;
@@ -68,19 +61,6 @@ using OpKey = std::tuple<std::string, std::string, std::string, std::string, std
 
 OpKey key_of(const OpRecord& op) {
   return {op.op, op.phase, op.input_dtype, op.compute_dtype, op.output_dtype, op.autocast};
-}
-
-/// a += b, refusing to wrap around (a merged count past int64 is no count at all).
-void add(std::int64_t& a, std::int64_t b, const std::string& where) {
-  if (__builtin_add_overflow(a, b, &a)) throw std::overflow_error(where + ": merged count overflows int64");
-}
-
-/// Stats::merge after checking that no count can overflow: every other count of a valid block
-/// is at most `count` (report_validate.cpp), so checking the counts suffices.
-void merge_stats(Stats& into, const Stats& s, const std::string& where) {
-  std::int64_t total = into.count;
-  add(total, s.count, where + " stats");
-  into.merge(s);
 }
 
 /// Matching records added, the others appended.
@@ -117,10 +97,10 @@ void merge_params(Layer& into, const Layer& layer) {
     if (it == into.params.end()) {
       into.params.push_back(p);
     } else {
-      add(it->updates, p.updates, "parameter " + p.name + " updates");
-      merge_stats(it->grad, p.grad, "parameter " + p.name + " grad");
+      add_count(it->updates, p.updates, "parameter " + p.name + " updates");
+      merge_stats_checked(it->grad, p.grad, "parameter " + p.name + " grad stats");
       if (p.values) {
-        if (it->values) merge_stats(*it->values, *p.values, "parameter " + p.name + " values");
+        if (it->values) merge_stats_checked(*it->values, *p.values, "parameter " + p.name + " values stats");
         else it->values = p.values;
       }
       merge_records(it->stale_updates, p.stale_updates,

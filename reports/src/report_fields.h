@@ -9,7 +9,7 @@
 
 #include "json_fields.h"
 
-namespace ampscope::reports::detail {
+namespace ampscope::reports::json_io {
 
 /// Enables a fields() overload for R = T or const T (writing reads a const record).
 template <typename R, typename T>
@@ -147,7 +147,6 @@ auto fields(F& f, R& k) -> if_record<R, KernelSummary> {
 inline void finish_read(const KernelSummary& k, const Obj& o) {
   if (k.launches < 0 || k.memcpys < 0) value_error(o.where(), "negative count");
 }
-
 
 template <typename F, typename R>
 auto fields(F& f, R& s) -> if_record<R, ShadowSummary> {
@@ -287,4 +286,4 @@ auto fields(F& f, R& r) -> if_record<R, Report> {
   f.derived("what_if", [&] { return what_if_to_ojson(r); });
 }
 
-}  // namespace ampscope::reports::detail
+}  // namespace ampscope::reports::json_io

@@ -31,7 +31,7 @@ namespace ampscope::reports {
 
 using ojson = nlohmann::ordered_json;
 using json = nlohmann::json;
-using namespace detail;
+using namespace json_io;
 
 namespace {
 
@@ -66,10 +66,9 @@ ojson format_counts(const std::array<std::int64_t, kNumFormats>& a) {
   return o;
 }
 
-
 }  // namespace
 
-namespace detail {
+namespace json_io {
 
 namespace {
 
@@ -108,7 +107,6 @@ ojson what_if_to_ojson(const Report& r) {
   return o;
 }
 
-
 template <>
 ojson to_ojson<Stats>(const Stats& s) {
   ojson o = ojson::object();
@@ -132,7 +130,7 @@ ojson to_ojson<Stats>(const Stats& s) {
   return o;
 }
 
-}  // namespace detail
+}  // namespace json_io
 
 json stats_to_json(const Stats& s) { return json(to_ojson(s)); }
 
@@ -156,7 +154,6 @@ void read_format_counts(const Obj& parent, const std::string& key,
     if (out[static_cast<std::size_t>(i)] < 0) value_error(o.path(name), "negative count");
   }
 }
-
 
 }  // namespace
 

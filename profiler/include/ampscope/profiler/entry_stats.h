@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -20,6 +21,17 @@ inline constexpr std::size_t kMaxSeries = 256;
 
 /// A per-step series of maxima, sorted by step.
 using StepSeries = std::vector<std::pair<std::int64_t, double>>;
+
+/// a += b, refusing to wrap around: throws std::overflow_error("<what>: merged count overflows
+/// int64"), a merged count past int64 being no count at all.
+void add_count(std::int64_t& a, std::int64_t b, const std::string& what);
+/// Stats::merge after checking that no count can overflow (the same error, naming `what`):
+/// every other count of a valid block is at most `count`, so checking the counts suffices.
+void merge_stats_checked(Stats& into, const Stats& s, const std::string& what);
+/// The earliest of two steps, -1 meaning none.
+constexpr std::int64_t earliest_step(std::int64_t a, std::int64_t b) {
+  return a < 0 ? b : b < 0 ? a : (a < b ? a : b);
+}
 
 /// Adds `value` at `step` (the maximum when the step is there already), halving the series
 /// when it grows past kMaxSeries. Cheapest when `step` is the last one or later.
