@@ -196,7 +196,7 @@ class FieldWriter {
   /// Written only (derived again on reading): `make()` gives its value.
   template <typename Make>
   void derived(const char* key, Make make) { out_[key] = make(); }
-  /// A field written only when `write` (host_syncs only when traced); read like opt().
+  /// A field written only when `write` (host_syncs when traced, aliases when any); read like opt().
   template <typename T, typename D>
   void opt_if(const char* key, const T& v, const D&, bool write) {
     if (write) out_[key] = v;
@@ -235,9 +235,6 @@ class FieldWriter {
     for (const Item& i : items) a.push_back(to_ojson(i));
     out_[key] = std::move(a);
   }
-  void strings(const char* key, const std::vector<std::string>& v, Empty empty) {
-    if (!v.empty() || empty != Empty::kOmit) out_[key] = v;
-  }
   /// [[step, value], ...] with values as number().
   void series(const char* key, const std::vector<std::pair<std::int64_t, double>>& v) {
     ojson a = ojson::array();
@@ -254,19 +251,18 @@ class FieldWriter {
 class FieldReader {
  public:
   explicit FieldReader(const Obj& o) : o_(o) {}
-  const Obj& obj() const { return o_; }
   void req(const char* key, std::string& v) { v = o_.str(key); }
   void req(const char* key, std::int64_t& v) { v = o_.int64(key); }
   void req(const char* key, int& v) { v = o_.int32(key); }
   void req(const char* key, bool& v) { v = o_.boolean(key); }
-  void req(const char* key, std::vector<std::string>& v) { v = strings(o_.array(key), o_.path(key)); }
+  void req(const char* key, std::vector<std::string>& v) { v = string_list(o_.array(key), o_.path(key)); }
   void opt(const char* key, std::string& v, const std::string& def) { v = o_.str_or(key, def); }
   void opt(const char* key, std::int64_t& v, std::int64_t def) { v = o_.int64_or(key, def); }
   void opt(const char* key, int& v, int def) { v = o_.int32_or(key, def); }
   void opt(const char* key, bool& v, bool def) { v = o_.boolean_or(key, def); }
   void opt(const char* key, std::vector<std::string>& v, const std::vector<std::string>& def) {
     const json* a = o_.array_or_null(key);
-    v = a ? strings(*a, o_.path(key)) : def;
+    v = a ? string_list(*a, o_.path(key)) : def;
   }
   void number(const char* key, double& v, double def, double if_null) { v = o_.number_or(key, def, if_null); }
   void number_req(const char* key, double& v, double if_null) { v = o_.number(key, if_null); }
@@ -321,7 +317,6 @@ class FieldReader {
     if (!a) return;
     for (std::size_t i = 0; i < a->size(); ++i) items.push_back(from_json_at<Item>((*a)[i], index(o_.path(key), i)));
   }
-  void strings(const char* key, std::vector<std::string>& v, Empty) { opt(key, v, {}); }
   void series(const char* key, std::vector<std::pair<std::int64_t, double>>& v) {
     v.clear();
     const json* a = o_.array_or_null(key);
@@ -336,7 +331,7 @@ class FieldReader {
   }
 
  private:
-  static std::vector<std::string> strings(const json& arr, const std::string& where) {
+  static std::vector<std::string> string_list(const json& arr, const std::string& where) {
     std::vector<std::string> out;
     out.reserve(arr.size());
     for (std::size_t i = 0; i < arr.size(); ++i) out.push_back(Obj::as_string(arr[i], index(where, i)));

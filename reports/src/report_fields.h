@@ -194,7 +194,7 @@ auto fields(F& f, R& p) -> if_record<R, ParamRecord> {
   f.req("dtype", p.dtype);
   f.opt("updates", p.updates, std::int64_t{0});
   f.record("grad", p.grad);
-  f.strings("aliases", p.aliases, Empty::kOmit);
+  f.opt_if("aliases", p.aliases, std::vector<std::string>{}, !p.aliases.empty());
   f.maybe("values", p.values, Empty::kOmit);
   f.list("stale_updates", p.stale_updates, Empty::kOmit);
 }
