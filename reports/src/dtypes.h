@@ -17,12 +17,6 @@ inline bool as_format(const std::string& dtype, Format* f) {
   return format_from_name(bare(dtype), f);
 }
 
-/// floor(log2) of the smallest normal value of a format.
-inline int min_normal_exp(Format f) { return traits(f).min_normal_exp; }
-
-/// floor(log2) of the largest finite value of a format.
-inline int max_exp(Format f) { return traits(f).max_exp; }
-
 /// True when tensors of `dtype` can hold values that `f` cannot represent, so that their
 /// overflow/underflow counts for `f` are informative (a float16 tensor's float16 counts are 0
 /// by construction: what overflowed is already inf).

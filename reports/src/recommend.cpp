@@ -306,7 +306,7 @@ struct GradCounts {
     } else if (dtype_name(dtype) == format_name(f)) {
       // Stored in the format: what underflowed is already 0 (indistinguishable from true
       // zeros), what is tiny shows as subnormal mass below the smallest normal exponent.
-      for (int e = s.exp_hist.lo(); !s.exp_hist.empty() && e < std::min(s.exp_hist.hi(), dtypes::min_normal_exp(f)); ++e)
+      for (int e = s.exp_hist.lo(); !s.exp_hist.empty() && e < std::min(s.exp_hist.hi(), traits(f).min_normal_exp); ++e)
         subnormal += s.exp_hist.at(e);
       zeros += s.zeros;
       stored_values += s.finite();
@@ -374,8 +374,8 @@ void grad_underflow_rule(const Report& r, Findings& out) {
   const int e_low = hist_quantile(total.hist, kScaleQuantile);
   const double cap_absmax = total.stored_values > 0 ? total.stored_absmax : total.absmax;
   const int e_high = static_cast<int>(std::floor(std::log2(std::max(cap_absmax, 1e-300))));
-  const int k_need = dtypes::min_normal_exp(fmt) - e_low;
-  const int k = std::max(0, dtypes::max_exp(fmt) - 1 - e_high);
+  const int k_need = traits(fmt).min_normal_exp - e_low;
+  const int k = std::max(0, traits(fmt).max_exp - 1 - e_high);
   double current = 1.0;
   if (!r.loss_scale.empty() && r.loss_scale.back().scale > 0) current = r.loss_scale.back().scale;
 
