@@ -32,11 +32,11 @@ void merge_series(StepSeries& into, const StepSeries& from) {
 
 }  // namespace
 
-void add_count(std::int64_t& a, std::int64_t b, const std::string& what) {
-  if (__builtin_add_overflow(a, b, &a)) throw std::overflow_error(what + ": merged count overflows int64");
+void add_count(std::int64_t& a, std::int64_t b, std::string_view what) {
+  if (__builtin_add_overflow(a, b, &a)) throw std::overflow_error(std::string(what) + ": merged count overflows int64");
 }
 
-void merge_stats_checked(Stats& into, const Stats& s, const std::string& what) {
+void merge_stats_checked(Stats& into, const Stats& s, std::string_view what) {
   std::int64_t total = into.count;
   add_count(total, s.count, what);
   into.merge(s);

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -24,10 +25,10 @@ using StepSeries = std::vector<std::pair<std::int64_t, double>>;
 
 /// a += b, refusing to wrap around: throws std::overflow_error("<what>: merged count overflows
 /// int64"), a merged count past int64 being no count at all.
-void add_count(std::int64_t& a, std::int64_t b, const std::string& what);
+void add_count(std::int64_t& a, std::int64_t b, std::string_view what);
 /// Stats::merge after checking that no count can overflow (the same error, naming `what`):
 /// every other count of a valid block is at most `count`, so checking the counts suffices.
-void merge_stats_checked(Stats& into, const Stats& s, const std::string& what);
+void merge_stats_checked(Stats& into, const Stats& s, std::string_view what);
 /// The earliest of two steps, -1 meaning none.
 constexpr std::int64_t earliest_step(std::int64_t a, std::int64_t b) {
   return a < 0 ? b : b < 0 ? a : (a < b ? a : b);
