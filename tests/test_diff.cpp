@@ -14,7 +14,7 @@ Report run(const std::string& compute, bool nonfinite, double duration) {
   l.name = "ffn.wo";
   OpRecord op;
   op.op = "aten::matmul";
-  op.phase = "forward";
+  op.phase = ampscope::Phase::kForward;
   op.compute_dtype = compute;
   op.nonfinite_from_finite = nonfinite ? 3 : 0;
   l.ops.push_back(op);

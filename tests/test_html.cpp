@@ -38,15 +38,15 @@ Stats stats_with_hist(int lo, int n, std::int64_t mult, std::int64_t nan = 0,
   return s;
 }
 
-OpRecord op(const std::string& name, const std::string& phase, int lo, int n, std::int64_t calls) {
+OpRecord op(const std::string& name, ampscope::Phase phase, int lo, int n, std::int64_t calls) {
   OpRecord o;
   o.op = name;
   o.phase = phase;
   o.calls = calls;
   o.input_dtype = "float32";
-  o.compute_dtype = phase == "backward" ? "float16" : "float16";
+  o.compute_dtype = phase == ampscope::Phase::kBackward ? "float16" : "float16";
   o.output_dtype = "float16";
-  o.autocast = "lower_precision";
+  o.autocast = ampscope::AutocastClass::kLowerPrecision;
   o.casts = 2 * calls;
   o.first_step = 0;
   o.last_step = 11;
@@ -58,8 +58,8 @@ Layer layer(const std::string& name, const std::string& type, int seed) {
   Layer l;
   l.name = name;
   l.type = type;
-  l.ops.push_back(op("aten::linear", "forward", -8 + seed % 5, 12, 12 + seed));
-  l.ops.push_back(op("AddmmBackward0", "backward", -30 + seed % 7, 14, 12));
+  l.ops.push_back(op("aten::linear", ampscope::Phase::kForward, -8 + seed % 5, 12, 12 + seed));
+  l.ops.push_back(op("AddmmBackward0", ampscope::Phase::kBackward, -30 + seed % 7, 14, 12));
   ParamRecord p;
   p.name = name + ".weight";
   p.dtype = "float32";
@@ -87,7 +87,7 @@ Report base_report() {
   r.layers.push_back(layer("head", "Linear", 3));
   Layer outside;
   outside.name = kOutsideLayer;
-  outside.ops.push_back(op("aten::cross_entropy_loss", "forward", -2, 3, 12));
+  outside.ops.push_back(op("aten::cross_entropy_loss", ampscope::Phase::kForward, -2, 3, 12));
   outside.ops.back().stats.overflow = {};  // fits every format: written as 0
   outside.ops.back().stats.underflow = {};
   r.layers.push_back(outside);
@@ -103,7 +103,7 @@ Report nan_report() {
   r.layers[2].ops[0].stats.count += 5;
   NonFiniteEvent e;
   e.step = 7;
-  e.phase = "forward";
+  e.phase = ampscope::Phase::kForward;
   e.layer = "blocks.0.ffn.wo";
   e.op = "aten::linear";
   e.kind = "inf";
@@ -206,12 +206,12 @@ TEST(HtmlData, MatchesTheReportItCameFrom) {
       const json& jo = jl["ops"][k];
       ASSERT_EQ(jo.size(), 13u);
       EXPECT_EQ(str(jo[0]), o.op);
-      EXPECT_EQ(str(jo[1]), o.phase);
+      EXPECT_EQ(str(jo[1]), ampscope::name_of(o.phase));
       EXPECT_EQ(jo[2], o.calls);
       EXPECT_EQ(str(jo[3]), o.input_dtype);
       EXPECT_EQ(str(jo[4]), o.compute_dtype);
       EXPECT_EQ(str(jo[5]), o.output_dtype);
-      EXPECT_EQ(str(jo[6]), o.autocast);
+      EXPECT_EQ(str(jo[6]), ampscope::name_of(o.autocast));
       EXPECT_EQ(jo[7], o.casts);
       EXPECT_EQ(jo[8], o.first_step);
       EXPECT_EQ(jo[9], o.last_step);
@@ -246,9 +246,9 @@ TEST(HtmlData, AggregatesAreTheSumsOfTheirParts) {
   std::int64_t act_nonfinite = 0;
   for (const Layer& l : r.layers) {
     for (const OpRecord& o : l.ops) {
-      auto& into = o.phase == "backward" ? grads : acts;
+      auto& into = o.phase == ampscope::Phase::kBackward ? grads : acts;
       for (auto [e, n] : bins(o.stats.exp_hist)) into[e] += n;
-      if (o.phase != "backward") act_nonfinite += o.stats.nonfinite();
+      if (o.phase != ampscope::Phase::kBackward) act_nonfinite += o.stats.nonfinite();
     }
     for (const ParamRecord& p : l.params)
       for (auto [e, n] : bins(p.grad.exp_hist)) params[e] += n;
@@ -419,7 +419,8 @@ TEST(HtmlSections, RecommendationsInRankOrderWithEvidence) {
       json{{"gradients", {{"share_lost", 0.25}, {"format", "float16"}, {"suggested_scale", 1024}}}};
   r.recommendations.push_back(second);
   const std::string html = render_html(r);
-  const std::size_t a = html.find("act-pin_fp32"), b = html.find("act-loss_scaling");
+  const std::size_t body = html.find("<body");  // (the stylesheet names every action)
+  const std::size_t a = html.find("act-pin_fp32", body), b = html.find("act-loss_scaling", body);
   ASSERT_NE(a, std::string::npos);
   ASSERT_NE(b, std::string::npos);
   EXPECT_LT(a, b);
@@ -503,8 +504,8 @@ TEST(HtmlScale, ThousandLayersUnderFiveMegabytes) {
   for (int b = 0; b < 250; ++b) {
     for (const char* leaf : {"attn.qkv", "attn.out", "ffn.wi", "ffn.wo"}) {
       Layer l = layer("blocks." + std::to_string(b) + "." + leaf, "Linear", b);
-      l.ops.push_back(op("aten::gelu", "forward", -12, 20, 12));
-      l.ops.push_back(op("GeluBackward0", "backward", -40, 26, 12));
+      l.ops.push_back(op("aten::gelu", ampscope::Phase::kForward, -12, 20, 12));
+      l.ops.push_back(op("GeluBackward0", ampscope::Phase::kBackward, -40, 26, 12));
       ParamRecord bias = l.params[0];
       bias.name = l.name + ".bias";
       l.params.push_back(bias);
@@ -524,3 +525,11 @@ TEST(HtmlScale, ThousandLayersUnderFiveMegabytes) {
 }
 
 }  // namespace
+
+TEST(HtmlSections, EveryActionHasItsColourAndChip) {
+  const std::string& css = detail::html_css();
+  for (std::string_view name : kActionNames) {
+    EXPECT_NE(css.find(".act-" + std::string(name) + "{color:"), std::string::npos) << name;
+    EXPECT_NE(css.find(".chip." + std::string(name) + "{background:"), std::string::npos) << name;
+  }
+}

@@ -382,7 +382,7 @@ TEST_F(ObserverTrace, EveryRecordedCallGetsItsKernels) {
   std::int64_t calls = 0, launches = 0;
   for (const auto& l : report.layers) {
     for (const auto& op : l.ops) {
-      EXPECT_EQ(op.kernels.launches, op.calls) << l.name << " " << op.op << " " << op.phase;
+      EXPECT_EQ(op.kernels.launches, op.calls) << l.name << " " << op.op << " " << ampscope::name_of(op.phase);
       EXPECT_EQ(op.kernels.tensor_core_launches, op.calls) << l.name << " " << op.op;
       EXPECT_EQ(op.kernels.time_ns, 1000 * op.calls) << l.name << " " << op.op;
       calls += op.calls;

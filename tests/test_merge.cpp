@@ -24,11 +24,11 @@ Report rank_report(int rank, std::int64_t calls, double absmax, std::optional<st
   l.type = "Linear";
   OpRecord op;
   op.op = "aten::linear";
-  op.phase = "forward";
+  op.phase = ampscope::Phase::kForward;
   op.calls = calls;
   op.input_dtype = "float32";
   op.compute_dtype = op.output_dtype = "float16";
-  op.autocast = "lower_precision";
+  op.autocast = ampscope::AutocastClass::kLowerPrecision;
   op.stats.count = 10 * calls;
   op.stats.absmax = absmax;
   op.stats.exp_hist.add(3, 10 * calls);
@@ -44,7 +44,7 @@ Report rank_report(int rank, std::int64_t calls, double absmax, std::optional<st
   if (nan_step) {
     NonFiniteEvent e;
     e.step = *nan_step;
-    e.phase = "forward";
+    e.phase = ampscope::Phase::kForward;
     e.layer = "fc";
     e.op = "aten::linear";
     e.kind = "inf";
@@ -145,10 +145,10 @@ TEST(Merge, KeepsEveryRanksInputStatsAsTheStatsOfAllInputs) {
 
 TEST(Merge, KeysOpsOnTheAutocastClassLikeTheObserver) {
   Report r0 = rank_report(0, 2, 1.0, std::nullopt), r1 = rank_report(1, 3, 1.0, std::nullopt);
-  r1.layers[0].ops[0].autocast = "fp32";  // same op and dtypes, another autocast class
+  r1.layers[0].ops[0].autocast = ampscope::AutocastClass::kFp32;  // same op and dtypes, another autocast class
   Report m = merge_reports({r0, r1});
   ASSERT_EQ(m.layers.at(0).ops.size(), 2u);
-  for (const OpRecord& op : m.layers[0].ops) EXPECT_EQ(op.calls, op.autocast == "fp32" ? 3 : 2);
+  for (const OpRecord& op : m.layers[0].ops) EXPECT_EQ(op.calls, op.autocast == ampscope::AutocastClass::kFp32 ? 3 : 2);
   r1.layers[0].ops[0].autocast = r0.layers[0].ops[0].autocast;
   m = merge_reports({r0, r1});
   ASSERT_EQ(m.layers.at(0).ops.size(), 1u);

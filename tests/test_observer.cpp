@@ -40,7 +40,7 @@ const Layer& layer(const Report& r, const std::string& name) {
 }
 
 std::vector<const OpRecord*> ops_named(const Layer& l, const std::string& op,
-                                       const std::string& phase = "forward") {
+                                       ampscope::Phase phase = ampscope::Phase::kForward) {
   std::vector<const OpRecord*> out;
   for (const auto& o : l.ops) {
     if (o.op == op && o.phase == phase) out.push_back(&o);
@@ -110,24 +110,24 @@ TEST_F(ObserverTest, AutocastChoicesMatchWhatTorchReturns) {
     EXPECT_EQ(mm.input_dtype, "float32");
     EXPECT_EQ(mm.output_dtype, name_of(mm_t));
     EXPECT_EQ(mm.compute_dtype, name_of(mm_t));
-    EXPECT_EQ(mm.autocast, mm_t == dtype ? "lower_precision" : "none");
+    EXPECT_EQ(mm.autocast, mm_t == dtype ? ampscope::AutocastClass::kLowerPrecision : ampscope::AutocastClass::kNone);
     EXPECT_EQ(mm.casts, 2);  // both float32 inputs cast down (neither is a cached leaf weight)
 
     const auto& mse = only_op(layer(r, "fp32"), "aten::mse_loss");
     EXPECT_EQ(mse.input_dtype, name_of(dtype));
     EXPECT_EQ(mse.output_dtype, name_of(mse_t));
     EXPECT_EQ(mse.compute_dtype, name_of(mse_t));
-    EXPECT_EQ(mse.autocast, mse_t == torch::kFloat ? "fp32" : "none");
+    EXPECT_EQ(mse.autocast, mse_t == torch::kFloat ? ampscope::AutocastClass::kFp32 : ampscope::AutocastClass::kNone);
 
     const auto& cat = only_op(layer(r, "promote"), "aten::cat");
     EXPECT_EQ(cat.input_dtype, "float32");  // widest of what was written
     EXPECT_EQ(cat.output_dtype, name_of(cat_t));
-    EXPECT_EQ(cat.autocast, has_autocast_cpu_kernel("aten::cat", "") ? "promote" : "none");
+    EXPECT_EQ(cat.autocast, has_autocast_cpu_kernel("aten::cat", "") ? ampscope::AutocastClass::kPromote : ampscope::AutocastClass::kNone);
 
     const auto& relu = only_op(layer(r, "unlisted"), "aten::relu");
     ASSERT_FALSE(has_autocast_cpu_kernel("aten::relu", ""));
     EXPECT_EQ(relu.output_dtype, name_of(relu_t));
-    EXPECT_EQ(relu.autocast, "none");
+    EXPECT_EQ(relu.autocast, ampscope::AutocastClass::kNone);
     EXPECT_EQ(relu.casts, 0);
 
     // Autocast's inner calls and casts are folded into the entries, never listed as ops.
@@ -215,15 +215,15 @@ TEST_F(ObserverTest, BackwardNodesLandInTheirForwardLayer) {
   Report r = session.report();
   if (getenv("AMPSCOPE_DEBUG")) {
     for (const auto& l : r.layers)
-      for (const auto& o : l.ops) std::cerr << l.name << " " << o.op << " " << o.phase << "\n";
+      for (const auto& o : l.ops) std::cerr << l.name << " " << o.op << " " << ampscope::name_of(o.phase) << "\n";
   }
   for (const char* name : {"net.fc1", "net.fc2"}) {
     const auto& l = layer(r, name);
-    EXPECT_FALSE(ops_named(l, "AddmmBackward0", "backward").empty()) << name;
+    EXPECT_FALSE(ops_named(l, "AddmmBackward0", ampscope::Phase::kBackward).empty()) << name;
   }
-  EXPECT_FALSE(ops_named(layer(r, "net"), "ReluBackward0", "backward").empty());
+  EXPECT_FALSE(ops_named(layer(r, "net"), "ReluBackward0", ampscope::Phase::kBackward).empty());
   // Incoming gradient of fc2's AddmmBackward0 = d(sum y^2)/dy = 2y: 3x2 values.
-  EXPECT_EQ(ops_named(layer(r, "net.fc2"), "AddmmBackward0", "backward")[0]->stats.count, 6);
+  EXPECT_EQ(ops_named(layer(r, "net.fc2"), "AddmmBackward0", ampscope::Phase::kBackward)[0]->stats.count, 6);
 
   // Parameter gradients, per parameter, against autograd's own .grad.
   const auto& fc1 = layer(r, "net.fc1");
@@ -434,7 +434,7 @@ TEST_F(ObserverTest, PinnedLayersComputeAndReturnFloat32) {
   const auto& fc2 = only_op(layer(r, "net.fc2"), "aten::addmm");
   EXPECT_EQ(fc2.compute_dtype, "float32");
   EXPECT_EQ(fc2.input_dtype, "float32");  // cast up by ampscope::forward
-  EXPECT_EQ(fc2.autocast, "none");
+  EXPECT_EQ(fc2.autocast, ampscope::AutocastClass::kNone);
   EXPECT_EQ(only_op(layer(r, "net.fc1"), "aten::addmm").compute_dtype, "bfloat16");
 }
 

@@ -59,7 +59,7 @@ TEST_F(ObserverCompiledTest, PointIsAnEntryOfItsLayerAndTheRegionsOwnCallsAreFol
   EXPECT_EQ(op.input_dtype, "float32");
   EXPECT_EQ(op.compute_dtype, "bfloat16");
   EXPECT_EQ(op.output_dtype, "bfloat16");
-  EXPECT_EQ(op.autocast, "lower_precision");
+  EXPECT_EQ(op.autocast, ampscope::AutocastClass::kLowerPrecision);
   EXPECT_EQ(op.calls, 1);
   EXPECT_EQ(op.stats.count, y.numel());
   EXPECT_DOUBLE_EQ(op.stats.absmax, y.abs().max().item<double>());  // oracle: torch

@@ -15,7 +15,7 @@ using nlohmann::json;
 
 namespace {
 
-OpRecord op(const std::string& name, const std::string& phase, const std::string& compute,
+OpRecord op(const std::string& name, ampscope::Phase phase, const std::string& compute,
             std::int64_t calls = 10) {
   OpRecord o;
   o.op = name;
@@ -24,7 +24,7 @@ OpRecord op(const std::string& name, const std::string& phase, const std::string
   o.input_dtype = "float32";
   o.compute_dtype = compute;
   o.output_dtype = compute;
-  o.autocast = compute == "float32" ? "fp32" : "lower_precision";
+  o.autocast = compute == "float32" ? ampscope::AutocastClass::kFp32 : ampscope::AutocastClass::kLowerPrecision;
   o.first_step = 0;
   o.last_step = 9;
   o.stats.count = 1000;
@@ -64,7 +64,7 @@ NonFiniteEvent event(const std::string& layer, const std::string& op, bool input
                      std::optional<bool> fp32) {
   NonFiniteEvent e;
   e.step = 4;
-  e.phase = "forward";
+  e.phase = ampscope::Phase::kForward;
   e.layer = layer;
   e.op = op;
   e.kind = "inf";
@@ -82,11 +82,11 @@ NonFiniteEvent event(const std::string& layer, const std::string& op, bool input
 /// A clean layer stack: no op saw a non-finite value.
 Report clean_report() {
   Report r = base();
-  r.layers.push_back(layer("embed", {op("aten::embedding", "forward", "float32")}));
-  r.layers.push_back(layer("blocks.0.attn", {op("aten::linear", "forward", "float16"),
-                                             op("aten::softmax", "forward", "float32"),
-                                             op("MmBackward0", "backward", "float16")}));
-  r.layers.push_back(layer("head", {op("aten::linear", "forward", "float16")}));
+  r.layers.push_back(layer("embed", {op("aten::embedding", ampscope::Phase::kForward, "float32")}));
+  r.layers.push_back(layer("blocks.0.attn", {op("aten::linear", ampscope::Phase::kForward, "float16"),
+                                             op("aten::softmax", ampscope::Phase::kForward, "float32"),
+                                             op("MmBackward0", ampscope::Phase::kBackward, "float16")}));
+  r.layers.push_back(layer("head", {op("aten::linear", ampscope::Phase::kForward, "float16")}));
   return r;
 }
 
@@ -241,7 +241,7 @@ TEST(Recommend, LowPrecisionNanWithoutInfIsNonfiniteLowp) {
 TEST(Recommend, BFloat16RunUsesItsFormat) {
   Report r = clean_report();
   r.run.autocast_dtype = "bfloat16";
-  OpRecord bf = op("aten::matmul", "forward", "bfloat16");
+  OpRecord bf = op("aten::matmul", ampscope::Phase::kForward, "bfloat16");
   origin(bf, 1, 1, 0, 2);
   r.layers.push_back(layer("mlp", {bf}));
   // float16 ops in a bfloat16 run are not the run's low-precision format.
@@ -279,10 +279,10 @@ TEST(Recommend, MergesPerLayerAndAction) {
   Report r = clean_report();
   OpRecord& lin = r.layers[1].ops[0];
   origin(lin, 2, 7, 0, 4);
-  OpRecord gelu = op("aten::gelu", "forward", "float16");  // NaN only
+  OpRecord gelu = op("aten::gelu", ampscope::Phase::kForward, "float16");  // NaN only
   origin(gelu, 1, 0, 3, 5);
   r.layers[1].ops.push_back(gelu);
-  OpRecord extra = op("aten::linear", "forward", "float16");
+  OpRecord extra = op("aten::linear", ampscope::Phase::kForward, "float16");
   origin(extra, 1, 2, 0, 8);  // a second entry of the same op with another dtype key
   extra.input_dtype = "float16";
   r.layers[1].ops.push_back(extra);
@@ -306,8 +306,8 @@ TEST(Recommend, MergesPerLayerAndAction) {
 
 TEST(Recommend, OrderedBySeverityThenLayer) {
   Report r = clean_report();
-  r.layers.push_back(layer("zeta", {op("aten::linear", "forward", "float16")}));
-  r.layers.push_back(layer("alpha", {op("aten::linear", "forward", "float16")}));
+  r.layers.push_back(layer("zeta", {op("aten::linear", ampscope::Phase::kForward, "float16")}));
+  r.layers.push_back(layer("alpha", {op("aten::linear", ampscope::Phase::kForward, "float16")}));
   origin(r.layers[3].ops[0], 1, 1, 0, 1);  // zeta: high
   origin(r.layers[4].ops[0], 1, 1, 0, 1);  // alpha: high
   origin(r.layers[2].ops[0], 1, 1, 0, 1);  // head: high
@@ -361,7 +361,7 @@ TEST(PrecisionMapFrom, SkipsOutsideAndOtherActions) {
 
 TEST(Recommend, OutsideLayerIsRecommendedButNotPinned) {
   Report r = clean_report();
-  Layer outside = layer(kOutsideLayer, {op("aten::mul", "forward", "float16")});
+  Layer outside = layer(kOutsideLayer, {op("aten::mul", ampscope::Phase::kForward, "float16")});
   origin(outside.ops[0], 1, 1, 0, 1);
   r.layers.push_back(outside);
   const auto recs = recommend(r);

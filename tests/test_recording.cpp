@@ -24,7 +24,7 @@ using ampscope::reports::Layer;
 using ampscope::reports::Report;
 
 std::int64_t calls_of(const Report& r, const std::string& layer, const std::string& op,
-                      const std::string& phase = "forward") {
+                      ampscope::Phase phase = ampscope::Phase::kForward) {
   const Layer* l = r.find_layer(layer);
   if (!l) return 0;
   std::int64_t n = 0;
@@ -166,9 +166,9 @@ TEST_F(RecordingTest, ExcludedLayersBackwardIsNotMisattributed) {
   ASSERT_NE(e, nullptr);
   EXPECT_TRUE(e->ops.empty());
   // dec's own backward is recorded; enc's AddmmBackward0 lands nowhere else.
-  EXPECT_EQ(calls_of(r, "dec", "AddmmBackward0", "backward"), 1);
-  EXPECT_EQ(calls_of(r, "<outside>", "AddmmBackward0", "backward"), 0);
-  EXPECT_EQ(calls_of(r, "", "AddmmBackward0", "backward"), 0);
+  EXPECT_EQ(calls_of(r, "dec", "AddmmBackward0", ampscope::Phase::kBackward), 1);
+  EXPECT_EQ(calls_of(r, "<outside>", "AddmmBackward0", ampscope::Phase::kBackward), 0);
+  EXPECT_EQ(calls_of(r, "", "AddmmBackward0", ampscope::Phase::kBackward), 0);
 }
 
 TEST_F(RecordingTest, InputStatsEqualTorchsCountsOfTheInputs) {

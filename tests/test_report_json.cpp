@@ -67,12 +67,12 @@ Report sample_report() {
   l.type = "Linear";
   OpRecord op;
   op.op = "aten::linear";
-  op.phase = "forward";
+  op.phase = ampscope::Phase::kForward;
   op.calls = 50;
   op.input_dtype = "float32";
   op.compute_dtype = "float16";
   op.output_dtype = "float16";
-  op.autocast = "lower_precision";
+  op.autocast = ampscope::AutocastClass::kLowerPrecision;
   op.casts = 100;
   op.first_step = 0;
   op.last_step = 49;
@@ -83,11 +83,11 @@ Report sample_report() {
   l.ops.push_back(op);
   OpRecord bw;
   bw.op = "AddmmBackward0";
-  bw.phase = "backward";
+  bw.phase = ampscope::Phase::kBackward;
   bw.calls = 49;
   bw.compute_dtype = "float16";
   bw.output_dtype = "float16";
-  bw.autocast = "none";
+  bw.autocast = ampscope::AutocastClass::kNone;
   bw.stats = empty_stats();
   l.ops.push_back(bw);
   ParamRecord p;
@@ -105,7 +105,7 @@ Report sample_report() {
 
   NonFiniteEvent e;
   e.step = 17;
-  e.phase = "forward";
+  e.phase = ampscope::Phase::kForward;
   e.layer = "blocks.3.ffn.wo";
   e.op = "aten::linear";
   e.kind = "inf";
@@ -656,12 +656,12 @@ TEST(Summary, CapsLayersTruncatesNamesAndShowsHeadroom) {
     l.type = "Linear";
     OpRecord op;
     op.op = "aten::linear";
-    op.phase = "forward";
+    op.phase = ampscope::Phase::kForward;
     op.calls = 3;
     op.input_dtype = "float32";
     op.compute_dtype = "bfloat16";
     op.output_dtype = "bfloat16";
-    op.autocast = "lower_precision";
+    op.autocast = ampscope::AutocastClass::kLowerPrecision;
     op.stats.count = 4;
     op.stats.absmax = i == 1 ? 1e5 : 10.0;
     if (i == 1) op.stats.overflow[static_cast<int>(Format::kFloat16)] = 2;

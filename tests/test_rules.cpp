@@ -22,7 +22,7 @@ namespace {
 constexpr int kF16 = static_cast<int>(Format::kFloat16);
 constexpr int kE4M3 = static_cast<int>(Format::kFloat8E4M3FN);
 
-OpRecord op(const std::string& name, const std::string& phase, const std::string& compute) {
+OpRecord op(const std::string& name, ampscope::Phase phase, const std::string& compute) {
   OpRecord o;
   o.op = name;
   o.phase = phase;
@@ -30,7 +30,7 @@ OpRecord op(const std::string& name, const std::string& phase, const std::string
   o.input_dtype = "float32";
   o.compute_dtype = compute;
   o.output_dtype = compute;
-  o.autocast = compute == "float32" ? "fp32" : "lower_precision";
+  o.autocast = compute == "float32" ? ampscope::AutocastClass::kFp32 : ampscope::AutocastClass::kLowerPrecision;
   o.last_step = 9;
   o.stats.count = 1000;
   o.stats.absmax = 100.0;
@@ -83,7 +83,7 @@ const Recommendation* find(const std::vector<Recommendation>& recs, const std::s
 // --- precision_loss (--shadow)
 
 TEST(PrecisionLoss, LargeShadowErrorPinsMedium) {
-  OpRecord o = op("aten::matmul", "forward", "float16");
+  OpRecord o = op("aten::matmul", ampscope::Phase::kForward, "float16");
   o.shadow.checks = 3;
   o.shadow.max_rel_err = 0.2;
   o.shadow.min_cosine = 0.995;
@@ -101,7 +101,7 @@ TEST(PrecisionLoss, LargeShadowErrorPinsMedium) {
 }
 
 TEST(PrecisionLoss, LowCosineAloneIsEnough) {
-  OpRecord o = op("aten::matmul", "forward", "bfloat16");
+  OpRecord o = op("aten::matmul", ampscope::Phase::kForward, "bfloat16");
   o.shadow.checks = 1;
   o.shadow.max_rel_err = 0.01;
   o.shadow.min_cosine = 0.9;
@@ -111,7 +111,7 @@ TEST(PrecisionLoss, LowCosineAloneIsEnough) {
 }
 
 TEST(PrecisionLoss, OrdinaryRoundingErrorIsNotReported) {
-  OpRecord o = op("aten::matmul", "forward", "float16");
+  OpRecord o = op("aten::matmul", ampscope::Phase::kForward, "float16");
   o.shadow.checks = 24;
   o.shadow.max_rel_err = 4e-4;   // what float16 matmuls measure in the demo
   o.shadow.min_cosine = 0.99999;
@@ -121,7 +121,7 @@ TEST(PrecisionLoss, OrdinaryRoundingErrorIsNotReported) {
 // --- headroom_<format> (watch)
 
 TEST(Headroom, CloseToTheMaxIsMediumWatch) {
-  OpRecord o = op("aten::linear", "forward", "float16");
+  OpRecord o = op("aten::linear", ampscope::Phase::kForward, "float16");
   o.absmax_by_step = {{0, 30000.0}, {5, 40000.0}, {9, 35000.0}};
   auto recs = recommend(run("float16", {layer("ffn.wo", {o})}));
   ASSERT_EQ(recs.size(), 1u);
@@ -135,7 +135,7 @@ TEST(Headroom, CloseToTheMaxIsMediumWatch) {
 }
 
 TEST(Headroom, GrowingTowardTheMaxIsLowWatchWithProjection) {
-  OpRecord o = op("aten::linear", "forward", "float16");
+  OpRecord o = op("aten::linear", ampscope::Phase::kForward, "float16");
   o.absmax_by_step = series(10, 3.0, 1.0);  // 8 .. 4096, doubling every step
   auto recs = recommend(run("float16", {layer("ffn.wo", {o})}));
   ASSERT_EQ(recs.size(), 1u);
@@ -147,28 +147,28 @@ TEST(Headroom, GrowingTowardTheMaxIsLowWatchWithProjection) {
 }
 
 TEST(Headroom, FlatOrSlowOrFarAwayIsNothing) {
-  OpRecord flat = op("aten::linear", "forward", "float16");
+  OpRecord flat = op("aten::linear", ampscope::Phase::kForward, "float16");
   flat.absmax_by_step = series(10, 10.0, 0.0);
-  OpRecord slow = op("aten::matmul", "forward", "float16");
+  OpRecord slow = op("aten::matmul", ampscope::Phase::kForward, "float16");
   slow.absmax_by_step = series(10, 10.0, 0.05);  // 2 binades from the max, 0.05 per step
-  OpRecord far = op("aten::bmm", "forward", "float16");
+  OpRecord far = op("aten::bmm", ampscope::Phase::kForward, "float16");
   far.absmax_by_step = series(10, -20.0, 0.5);   // growing, but 30 binades away
   EXPECT_TRUE(recommend(run("float16", {layer("l", {flat, slow, far})})).empty());
 }
 
 TEST(Headroom, NotForFp32OpsOrBFloat16Runs) {
-  OpRecord o = op("aten::linear", "forward", "float32");
+  OpRecord o = op("aten::linear", ampscope::Phase::kForward, "float32");
   o.absmax_by_step = {{0, 60000.0}};
   EXPECT_TRUE(recommend(run("float16", {layer("l", {o})})).empty());
-  OpRecord b = op("aten::linear", "forward", "bfloat16");
+  OpRecord b = op("aten::linear", ampscope::Phase::kForward, "bfloat16");
   b.absmax_by_step = {{0, 60000.0}};
   EXPECT_TRUE(recommend(run("bfloat16", {layer("l", {b})})).empty());
 }
 
 TEST(Headroom, APinnedLayerGetsNoWatchOnTop) {
-  OpRecord o = op("aten::linear", "forward", "float16");
+  OpRecord o = op("aten::linear", ampscope::Phase::kForward, "float16");
   o.absmax_by_step = {{0, 60000.0}};
-  OpRecord bad = op("aten::matmul", "forward", "float16");
+  OpRecord bad = op("aten::matmul", ampscope::Phase::kForward, "float16");
   bad.nonfinite_from_finite = bad.harmful_nonfinite = 1;
   bad.first_nonfinite_step = 3;
   bad.stats.posinf = 4;
@@ -180,9 +180,9 @@ TEST(Headroom, APinnedLayerGetsNoWatchOnTop) {
 // --- grad_underflow_<format> (loss_scaling)
 
 TEST(GradUnderflow, ExactCountsOnFp32GradientsRecommendLossScaling) {
-  OpRecord g = op("AddmmBackward0", "backward", "float32");
+  OpRecord g = op("AddmmBackward0", ampscope::Phase::kBackward, "float32");
   g.stats = fp32_grads(950, 50, -27);  // 5% of the values below float16's range
-  Layer l = layer("head", {op("aten::linear", "forward", "float16"), g});
+  Layer l = layer("head", {op("aten::linear", ampscope::Phase::kForward, "float16"), g});
   auto recs = recommend(run("float16", {l}));
   ASSERT_EQ(recs.size(), 1u);
   const Recommendation& r = recs[0];
@@ -206,7 +206,7 @@ TEST(GradUnderflow, ExactCountsOnFp32GradientsRecommendLossScaling) {
 }
 
 TEST(GradUnderflow, ScaleIsCappedByTheLargestGradient) {
-  OpRecord g = op("MulBackward0", "backward", "float32");
+  OpRecord g = op("MulBackward0", ampscope::Phase::kBackward, "float32");
   g.stats = fp32_grads(900, 100, -30);
   g.stats.absmax = 1000.0;  // exponent 9: at most 2^(15 - 1 - 9) = 32 keeps a binade spare
   g.stats.exp_hist.add(9, 1);
@@ -219,7 +219,7 @@ TEST(GradUnderflow, ScaleIsCappedByTheLargestGradient) {
 }
 
 TEST(GradUnderflow, Float16GradientsCountTheirSubnormalMass) {
-  OpRecord g = op("MmBackward0", "backward", "float16");
+  OpRecord g = op("MmBackward0", ampscope::Phase::kBackward, "float16");
   g.input_dtype = "float16";
   g.stats.count = 1200;
   g.stats.zeros = 200;
@@ -251,10 +251,10 @@ TEST(GradUnderflow, ParamGradsCountAndExistingScaleIsMultiplied) {
 }
 
 TEST(GradUnderflow, BelowThresholdOrBFloat16RunIsNothing) {
-  OpRecord g = op("AddmmBackward0", "backward", "float32");
+  OpRecord g = op("AddmmBackward0", ampscope::Phase::kBackward, "float32");
   g.stats = fp32_grads(995, 5, -27);  // 0.5%
   EXPECT_TRUE(recommend(run("float16", {layer("l", {g})})).empty());
-  OpRecord h = op("AddmmBackward0", "backward", "float32");
+  OpRecord h = op("AddmmBackward0", ampscope::Phase::kBackward, "float32");
   h.stats = fp32_grads(500, 500, -27);  // float16 counts, but the run is bfloat16
   EXPECT_TRUE(recommend(run("bfloat16", {layer("l", {h})})).empty());
   EXPECT_TRUE(recommend(run("", {layer("l", {h})})).empty());
@@ -285,7 +285,7 @@ TEST(LossScale, TrailingRunOfSkippedStepsIsCollapse) {
 }
 
 TEST(LossScale, BackwardOverflowIsNeverAPin) {
-  OpRecord g = op("aten::sum", "backward", "float16");  // e.g. a broadcast bias gradient
+  OpRecord g = op("aten::sum", ampscope::Phase::kBackward, "float16");  // e.g. a broadcast bias gradient
   g.nonfinite_from_finite = 2;
   g.first_nonfinite_step = 0;
   g.stats.posinf = 3;
@@ -296,7 +296,7 @@ TEST(LossScale, BackwardOverflowIsNeverAPin) {
 NonFiniteEvent backward_origin(const std::string& dtype) {
   NonFiniteEvent e;
   e.step = 2;
-  e.phase = "backward";
+  e.phase = ampscope::Phase::kBackward;
   e.layer = "fc2";
   e.op = "AddmmBackward0";
   e.kind = "inf";
@@ -305,7 +305,7 @@ NonFiniteEvent backward_origin(const std::string& dtype) {
 }
 
 TEST(LossScale, BackwardOriginInFloat16AsksForLossScalingNotPins) {
-  Report r = run("float16", {layer("fc2", {op("AddmmBackward0", "backward", "float16")})});
+  Report r = run("float16", {layer("fc2", {op("AddmmBackward0", ampscope::Phase::kBackward, "float16")})});
   r.first_nonfinite = backward_origin("float16");
   auto recs = recommend(r);
   ASSERT_EQ(recs.size(), 1u);
@@ -342,10 +342,10 @@ TEST(LossScale, OrdinaryBackoffIsNothing) {
 // --- fp32 comparison in the origin's evidence
 
 TEST(Origin, Fp32ComparisonIsEvidence) {
-  Report r = run("float16", {layer("ffn.wo", {op("aten::linear", "forward", "float16")})});
+  Report r = run("float16", {layer("ffn.wo", {op("aten::linear", ampscope::Phase::kForward, "float16")})});
   NonFiniteEvent e;
   e.step = 3;
-  e.phase = "forward";
+  e.phase = ampscope::Phase::kForward;
   e.layer = "ffn.wo";
   e.op = "aten::linear";
   e.kind = "inf";
@@ -373,7 +373,7 @@ TEST(Origin, Fp32ComparisonIsEvidence) {
 }
 
 TEST(Shadow, SurvivesJson) {
-  OpRecord o = op("aten::matmul", "forward", "float16");
+  OpRecord o = op("aten::matmul", ampscope::Phase::kForward, "float16");
   o.shadow.checks = 2;
   o.shadow.max_rel_err = 1e-3;
   o.shadow.max_ulp = 4;
@@ -394,7 +394,7 @@ TEST(Shadow, SurvivesJson) {
 // --- what-if
 
 TEST(WhatIf, Float32OutputsAreCheckedForEveryFormat) {
-  OpRecord o = op("aten::add", "forward", "float32");
+  OpRecord o = op("aten::add", ampscope::Phase::kForward, "float32");
   o.stats.count = 100;
   o.stats.zeros = 10;
   o.stats.overflow[kF16] = 3;
@@ -415,7 +415,7 @@ TEST(WhatIf, Float32OutputsAreCheckedForEveryFormat) {
 }
 
 TEST(WhatIf, UnderflowShareAndGradients) {
-  OpRecord g = op("MmBackward0", "backward", "float32");
+  OpRecord g = op("MmBackward0", ampscope::Phase::kBackward, "float32");
   g.stats = fp32_grads(1999, 1, -27);  // 0.05% < kWhatIfUnderflowShare
   Layer l = layer("l", {g});
   ParamRecord p;
@@ -434,23 +434,23 @@ TEST(WhatIf, UnderflowShareAndGradients) {
 }
 
 TEST(WhatIf, TensorsAlreadyInTheFormatAreNotCounted) {
-  OpRecord h = op("aten::linear", "forward", "float16");  // float16 outputs: nothing to learn for fp16
+  OpRecord h = op("aten::linear", ampscope::Phase::kForward, "float16");  // float16 outputs: nothing to learn for fp16
   h.stats.overflow[kE4M3] = 5;
   auto rows = what_if(run("float16", {layer("l", {h})}));
   ASSERT_EQ(rows.size(), 1u);
   EXPECT_EQ(rows[0].activations[0].values, 0);
   EXPECT_EQ(what_if_verdict(rows[0], 0), "");
   EXPECT_EQ(what_if_verdict(rows[0], 1), "overflow");
-  OpRecord i = op("aten::argmax", "forward", "int64");
+  OpRecord i = op("aten::argmax", ampscope::Phase::kForward, "int64");
   EXPECT_TRUE(what_if(run("float16", {layer("k", {i})})).empty());
 }
 
 // --- the summary shows each finding's key evidence
 
 TEST(Summary, NewFindingsShowTheirEvidence) {
-  OpRecord g = op("AddmmBackward0", "backward", "float32");
+  OpRecord g = op("AddmmBackward0", ampscope::Phase::kBackward, "float32");
   g.stats = fp32_grads(950, 50, -27);
-  OpRecord h = op("aten::linear", "forward", "float16");
+  OpRecord h = op("aten::linear", ampscope::Phase::kForward, "float16");
   h.absmax_by_step = series(10, 3.0, 1.0);
   Report r = run("float16", {layer("head", {g}), layer("ffn.wo", {h})});
   r.recommendations = recommend(r);
@@ -486,7 +486,7 @@ CastLossRecord fp16_cast(std::int64_t normal, int normal_exp, std::int64_t tiny,
 }  // namespace
 
 TEST(CastLoss, AWeightThatVanishesIsAHighPin) {
-  OpRecord o = op("aten::conv2d", "forward", "float16");
+  OpRecord o = op("aten::conv2d", ampscope::Phase::kForward, "float16");
   o.cast_loss = {fp16_cast(0, 0, 400, 1)};
   auto recs = recommend(run("float16", {layer("conv", {o})}));
   ASSERT_EQ(recs.size(), 1u);
@@ -501,7 +501,7 @@ TEST(CastLoss, AWeightThatVanishesIsAHighPin) {
 
 TEST(CastLoss, TinyValuesBesideLargeOnesAreNoLoss) {
   // softmax tails: 40% of the values underflow, but they carry ~2^-21 of the norm
-  OpRecord o = op("aten::matmul", "forward", "float16");
+  OpRecord o = op("aten::matmul", ampscope::Phase::kForward, "float16");
   o.cast_loss = {fp16_cast(600, -8, 400, 0)};
   EXPECT_LT(o.cast_loss[0].lost_rel_l2(), 1e-5);
   EXPECT_TRUE(recommend(run("float16", {layer("attn", {o})})).empty());
@@ -509,7 +509,7 @@ TEST(CastLoss, TinyValuesBesideLargeOnesAreNoLoss) {
 
 TEST(CastLoss, MaterialShareBoundsTheFinding) {
   // a third of the values, 0.58 of the norm: high; 0.5% of the values: nothing
-  OpRecord o = op("aten::linear", "forward", "float16");
+  OpRecord o = op("aten::linear", ampscope::Phase::kForward, "float16");
   o.cast_loss = {fp16_cast(20, -30, 10, 0)};  // normal_exp -30: the "normal" ones are as tiny
   o.cast_loss[0].underflow = 10;
   o.cast_loss[0].lost_sq = 10 * std::exp2(-58);
@@ -527,9 +527,9 @@ TEST(CastLoss, MaterialShareBoundsTheFinding) {
 }
 
 TEST(CastLoss, TheModelsOwnCastIsFixModelAndOverflowIsHigh) {
-  OpRecord cast = op("aten::to", "forward", "float16");
+  OpRecord cast = op("aten::to", ampscope::Phase::kForward, "float16");
   cast.cast_loss = {fp16_cast(0, 0, 50, -1)};
-  OpRecord lin = op("aten::linear", "forward", "float16");
+  OpRecord lin = op("aten::linear", ampscope::Phase::kForward, "float16");
   lin.cast_loss = {fp16_cast(100, 0, 0, 0)};
   lin.cast_loss[0].overflow = 1;
   auto recs = recommend(run("float16", {layer("a", {cast}), layer("b", {lin})}));
@@ -543,13 +543,13 @@ TEST(CastLoss, TheModelsOwnCastIsFixModelAndOverflowIsHigh) {
 }
 
 TEST(CastLoss, BackwardCastsAreLeftToLossScaling) {
-  OpRecord o = op("MmBackward0", "backward", "float16");
+  OpRecord o = op("MmBackward0", ampscope::Phase::kBackward, "float16");
   o.cast_loss = {fp16_cast(0, 0, 400, 0)};
   EXPECT_TRUE(recommend(run("float16", {layer("l", {o})})).empty());
 }
 
 TEST(DegenerateOutput, AZeroOutputWhoseFloat32RunIsNotIsAHighPin) {
-  OpRecord o = op("aten::conv2d", "forward", "float16");
+  OpRecord o = op("aten::conv2d", ampscope::Phase::kForward, "float16");
   o.degenerate = DegenerateRecord{3, 3, 0, -1, 1.0, 0.0, 0.0};
   EXPECT_TRUE(recommend(run("float16", {layer("c", {o})})).empty());  // float32 was zero too
   o.degenerate = DegenerateRecord{3, 3, 2, 4, 0.0, 1.0, 2e-9};
@@ -581,7 +581,7 @@ TEST(StaleUpdates, ShareOfDueUpdatesRoundedAwayNamesMasterWeights) {
 }
 
 TEST(PrecisionLoss, AReRunThatDiffersCompletelyIsHigh) {
-  OpRecord o = op("aten::conv2d", "forward", "float16");
+  OpRecord o = op("aten::conv2d", ampscope::Phase::kForward, "float16");
   o.shadow.checks = 1;
   o.shadow.max_rel_err = 1.0;
   o.shadow.min_cosine = 0.0;
@@ -591,7 +591,7 @@ TEST(PrecisionLoss, AReRunThatDiffersCompletelyIsHigh) {
 }
 
 TEST(SilentLoss, RecordsSurviveJson) {
-  OpRecord o = op("aten::conv2d", "forward", "float16");
+  OpRecord o = op("aten::conv2d", ampscope::Phase::kForward, "float16");
   o.cast_loss = {fp16_cast(10, -3, 30, 1)};
   o.cast_loss[0].parameter = true;
   o.cast_loss[0].subnormal = 7;

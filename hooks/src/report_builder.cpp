@@ -10,12 +10,12 @@ reports::OpRecord to_record(const OpKey& key, const OpAggregate& agg,
                             const std::vector<std::string>& op_names) {
   reports::OpRecord r;
   r.op = key.op < op_names.size() ? op_names[key.op] : "?";
-  r.phase = std::string(phase_name(key.phase));
+  r.phase = key.phase;
   static_cast<EntryStats&>(r) = agg;
   r.input_dtype = dtype_name(key.input_dtype);
   r.compute_dtype = dtype_name(key.compute_dtype);
   r.output_dtype = dtype_name(key.output_dtype);
-  r.autocast = std::string(autocast_class_name(key.autocast));
+  r.autocast = key.autocast;
   return r;
 }
 
@@ -25,7 +25,7 @@ std::string infer_autocast_dtype(const std::vector<reports::Layer>& layers) {
   std::int64_t f16 = 0, bf16 = 0;
   for (const auto& l : layers) {
     for (const auto& o : l.ops) {
-      if (o.autocast != "lower_precision") continue;
+      if (o.autocast != AutocastClass::kLowerPrecision) continue;
       if (o.compute_dtype == "float16") f16 += o.calls;
       if (o.compute_dtype == "bfloat16") bf16 += o.calls;
     }
@@ -37,7 +37,7 @@ std::string infer_autocast_dtype(const std::vector<reports::Layer>& layers) {
 reports::NonFiniteEvent to_event(const NonFiniteRecord& f, const std::vector<LayerInfo>& layers) {
   reports::NonFiniteEvent e;
   e.step = f.step;
-  e.phase = std::string(phase_name(f.phase));
+  e.phase = f.phase;
   auto id = static_cast<std::size_t>(f.layer);
   e.layer = id < layers.size() ? layers[id].name : reports::kOutsideLayer;
   e.op = f.op;
@@ -111,9 +111,15 @@ void add_param_watch(const std::vector<ParamWatchInfo>& watch,
   }
 }
 
-int phase_order(const std::string& phase) {
-  if (phase == "setup") return -1;
-  return phase == "forward" ? 0 : phase == "backward" ? 1 : phase == "between" ? 2 : 3;
+int phase_order(Phase phase) {
+  switch (phase) {
+    case Phase::kSetup: return 0;
+    case Phase::kForward: return 1;
+    case Phase::kBackward: return 2;
+    case Phase::kBetween: return 3;
+    case Phase::kOptimizer: return 4;
+  }
+  return 5;
 }
 
 }  // namespace

@@ -30,7 +30,7 @@ std::map<std::pair<std::string, std::string>, std::string> compute_dtypes(const 
   std::map<std::pair<std::string, std::string>, std::set<std::string>> sets;
   for (const Layer& l : r.layers) {
     for (const OpRecord& op : l.ops) {
-      if (op.phase == "forward" && !op.compute_dtype.empty()) sets[{l.name, op.op}].insert(op.compute_dtype);
+      if (op.phase == Phase::kForward && !op.compute_dtype.empty()) sets[{l.name, op.op}].insert(op.compute_dtype);
     }
   }
   std::map<std::pair<std::string, std::string>, std::string> out;

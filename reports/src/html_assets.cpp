@@ -6,9 +6,49 @@
 
 #include "html_detail.h"
 
-namespace ampscope::reports::detail {
+#include <iterator>
+#include <string>
 
-const char* html_css() {
+namespace ampscope::reports::detail {
+namespace {
+
+/// How an action looks: its name's colour (.act-<name>) and its chip (.chip.<name>).
+struct ActionLook {
+  const char* colour;
+  const char* chip_background;
+  const char* chip_colour;
+};
+/// One row per Action, in kActionNames' order.
+constexpr ActionLook kActionLooks[] = {
+    {"var(--red)", "#ffcecb", "#82071e"},                   // pin_fp32
+    {"var(--orange)", "#fff1e5", "var(--orange)"},          // loss_scaling
+    {"var(--violet)", "var(--violet-bg)", "var(--violet)"}, // fix_model
+    {"var(--amber)", "var(--amber-bg)", "var(--amber)"},    // watch
+    {"var(--orange)", "#fff1e5", "var(--orange)"},          // fp32_master_weights
+};
+static_assert(std::size(kActionLooks) == kActionNames.size(), "every Action needs its look in kActionLooks");
+
+const char* base_css();
+
+}  // namespace
+
+const std::string& html_css() {
+  static const std::string css = [] {
+    std::string s = base_css();
+    for (std::size_t i = 0; i < kActionNames.size(); ++i) {
+      const std::string name(kActionNames[i]);
+      const ActionLook& l = kActionLooks[i];
+      s += ".act-" + name + "{color:" + l.colour + "}.chip." + name + "{background:" + l.chip_background +
+           ";color:" + l.chip_colour + "}\n";
+    }
+    return s;
+  }();
+  return css;
+}
+
+namespace {
+
+const char* base_css() {
   return R"css(
 :root{--fg:#1f2328;--muted:#59636e;--line:#d1d9e0;--soft:#f6f8fa;--red:#cf222e;--red-bg:#ffebe9;
 --green:#1a7f37;--green-bg:#dafbe1;--amber:#9a6700;--amber-bg:#fff8c5;--blue:#0969da;--orange:#bc4c00;
@@ -50,8 +90,7 @@ td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .sev{display:inline-block;padding:.05em .55em;border-radius:10px;font-size:.85em;font-weight:600}
 .sev-critical{background:var(--red);color:#fff}.sev-high{background:#ffcecb;color:#82071e}
 .sev-medium{background:var(--amber-bg);color:var(--amber)}.sev-low{background:#eaeef2;color:var(--muted)}
-.act{font-weight:700}.act-pin_fp32{color:var(--red)}.act-loss_scaling{color:var(--orange)}
-.act-fix_model{color:var(--violet)}.act-watch{color:var(--amber)}.act-fp32_master_weights{color:var(--orange)}
+.act{font-weight:700}
 code.code{background:var(--soft);border:1px solid var(--line);border-radius:4px;padding:0 .3em;font-size:.82em;
 white-space:nowrap}
 details summary{cursor:pointer;color:var(--muted);font-size:.85em;margin-top:.2em}
@@ -81,8 +120,6 @@ Consolas,monospace;font-size:.92em;cursor:pointer;text-align:left}
 td.zero{color:#aab1b9}
 .chip{display:inline-block;font-size:.78em;padding:0 .45em;border-radius:8px;margin-right:.2em;background:#eaeef2;
 white-space:nowrap}
-.chip.pin_fp32{background:#ffcecb;color:#82071e}.chip.loss_scaling{background:#fff1e5;color:var(--orange)}
-.chip.fix_model{background:var(--violet-bg);color:var(--violet)}.chip.watch{background:var(--amber-bg);color:var(--amber)}.chip.fp32_master_weights{background:#fff1e5;color:var(--orange)}
 tr.detail>td{background:#fbfcfd;padding:.6em .9em .9em 2em;border-bottom:2px solid var(--line)}
 table.ops{border-collapse:collapse;font-size:.85em;margin-bottom:.7em;width:auto}
 table.ops th,table.ops td{border-bottom:1px solid var(--line);padding:.2em .5em;text-align:left}
@@ -138,6 +175,8 @@ details pre{max-height:none;overflow:visible;white-space:pre-wrap;font-size:7.5p
 }
 )css";
 }
+
+}  // namespace
 
 const char* html_js() {
   return R"js(

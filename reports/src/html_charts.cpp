@@ -66,7 +66,7 @@ std::vector<RangeRow> range_rows(const Report& r) {
   std::vector<RangeRow> rows;
   for (const Layer& l : r.layers) {
     ExpHist fwd, bwd;
-    for (const OpRecord& op : l.ops) (op.phase == "backward" ? bwd : fwd).merge(op.stats.exp_hist);
+    for (const OpRecord& op : l.ops) (op.phase == Phase::kBackward ? bwd : fwd).merge(op.stats.exp_hist);
     for (const ParamRecord& p : l.params) bwd.merge(p.grad.exp_hist);
     RangeRow row{l.name, span_of(fwd), span_of(bwd)};
     if (!row.fwd.any && !row.bwd.any) continue;

@@ -34,6 +34,8 @@ class Strings {
     if (fresh) list_.push_back(s);
     return it->second;
   }
+  template <typename E, typename = if_named_enum<E>>
+  int operator()(E v) { return (*this)(std::string(name_of(v))); }
   json table() const { return list_; }
 
  private:
@@ -106,7 +108,7 @@ json event_json(const NonFiniteEvent& e) {
 json aggregates_json(const Report& r) {
   Stats act, act_grads, param_grads;
   for (const Layer& l : r.layers) {
-    for (const OpRecord& op : l.ops) (op.phase == "backward" ? act_grads : act).merge(op.stats);
+    for (const OpRecord& op : l.ops) (op.phase == Phase::kBackward ? act_grads : act).merge(op.stats);
     for (const ParamRecord& p : l.params) param_grads.merge(p.grad);
   }
   return {{"activations", stats_json(act)},

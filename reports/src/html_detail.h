@@ -50,8 +50,9 @@ std::string script_safe_json(const nlohmann::json& j);
 /// A fresh random nonce (hex) for the page's Content-Security-Policy.
 std::string make_nonce();
 
-/// The page's stylesheet and its one script (plain JavaScript, no "</script" inside).
-const char* html_css();
+/// The page's stylesheet (an action's colours from kActionLooks) and its one script (plain
+/// JavaScript, no "</script" inside).
+const std::string& html_css();
 const char* html_js();
 
 // Static sections; each appends one <section> to `out`.

@@ -120,7 +120,7 @@ std::string diagnosis(const Report& r, const NonFiniteEvent& e) {
   if (e.fp32_also_nonfinite && *e.fp32_also_nonfinite)
     return "<b>Model bug, not a precision problem.</b> Re-run in float32 the op is non-finite "
            "too (e.g. log(0), 0/0, exp of a huge value): fix the model, pinning will not help.";
-  if (e.phase == "backward" && has_reason_prefix(r, "grad_overflow_"))
+  if (e.phase == Phase::kBackward && has_reason_prefix(r, "grad_overflow_"))
     return "<b>Gradient overflow.</b> A backward node overflowed " + esc(low) +
            ": the loss scale is too large (or missing a GradScaler); pinning would only move it.";
   std::string s = "<b>Precision problem.</b> ";
@@ -166,7 +166,7 @@ void verdict_section(const Report& r, std::string& out) {
     out += "<p class=\"muted\">It reached a " + esc(text::replace_all(e.reached, "_", " ")) +
            " at step " + std::to_string(e.reached_step) + ".</p>";
   out += "<p class=\"where\">layer " + layer_link(e.layer) + " · op <code>" + esc(e.op) +
-         "</code> · " + esc(e.phase) + " pass";
+         "</code> · " + std::string(name_of(e.phase)) + " pass";
   if (!e.compute_dtype.empty()) out += " · computed in " + esc(dtypes::bare(e.compute_dtype));
   if (r.run.world_size > 1) out += " · rank " + std::to_string(e.rank);
   out += "</p><p class=\"diag\">" + diagnosis(r, e) + "</p>";
@@ -190,7 +190,7 @@ std::string event_cells(const NonFiniteEvent& e) {
                                                        : "finite";
   return fmt::format(
       "<td class=\"n\">{}</td><td>{}</td><td>{}</td><td><code>{}</code></td><td>{}</td><td>{}</td>",
-      e.step, esc(e.phase), layer_link(e.layer), esc(e.op), esc(e.kind), recheck);
+      e.step, name_of(e.phase), layer_link(e.layer), esc(e.op), esc(e.kind), recheck);
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ void StaleUpdateRecord::add(const StaleUpdateRecord& o) {
 
 namespace {
 
-using OpKey = std::tuple<std::string, std::string, std::string, std::string, std::string, std::string>;
+using OpKey = std::tuple<std::string, Phase, std::string, std::string, std::string, AutocastClass>;
 
 OpKey key_of(const OpRecord& op) {
   return {op.op, op.phase, op.input_dtype, op.compute_dtype, op.output_dtype, op.autocast};

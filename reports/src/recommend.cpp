@@ -114,7 +114,7 @@ void origin_rule(const Report& r, Findings& out) {
   Finding f;
   f.layer = e.layer;
   f.severity = Severity::kCritical;
-  if (e.phase == "backward") {
+  if (e.phase == Phase::kBackward) {
     // A gradient that overflowed: pinning one layer only moves the overflow to the next one
     // down; the gradients' scale is what is wrong. Under a GradScaler that is its job (it
     // skips the step and backs off), so only a run without one gets the finding.
@@ -165,7 +165,7 @@ void lowp_op_rule(const Report& r, Findings& out) {
       if (op.fp32_nonfinite > 0 && op.fp32_finite == 0) continue;
       // Gradients that overflow are a matter of scale, not of one layer's precision
       // (origin_rule and the GradScaler deal with them): never a pin.
-      if (op.phase == "backward") continue;
+      if (op.phase == Phase::kBackward) continue;
       if (fails_in_fp32_too(r, layer.name, op.op)) continue;  // origin_rule says fix_model
       const bool infs = op.stats.posinf + op.stats.neginf > 0;
       json ev = json::object();
@@ -250,7 +250,7 @@ void headroom_rule(const Report& r, Findings& out) {
   const double horizon = static_cast<double>(std::max<std::int64_t>(r.run.steps, kHeadroomMinHorizon));
   for (const Layer& layer : r.layers) {
     for (const OpRecord& op : layer.ops) {
-      if (op.phase != "forward" || dtype_name(op.compute_dtype) != lowp) continue;
+      if (op.phase != Phase::kForward || dtype_name(op.compute_dtype) != lowp) continue;
       if (op.nonfinite_from_finite > 0 || op.absmax_by_step.empty()) continue;
       double peak = 0;
       for (const auto& pt : op.absmax_by_step)
@@ -348,7 +348,7 @@ void grad_underflow_rule(const Report& r, Findings& out) {
   for (const Layer& layer : r.layers) {
     GradCounts mine;
     for (const OpRecord& op : layer.ops)
-      if (op.phase == "backward") mine.add(op.stats, op.input_dtype, fmt);
+      if (op.phase == Phase::kBackward) mine.add(op.stats, op.input_dtype, fmt);
     for (const ParamRecord& p : layer.params) mine.add(p.grad, p.dtype, fmt);
     if (mine.nonzero == 0) continue;
     total.merge(mine);

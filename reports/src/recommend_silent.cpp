@@ -81,7 +81,7 @@ std::optional<Finding> cast_finding(const Layer& layer, const OpRecord& op,
 void cast_loss_rule(const Report& r, Findings& out) {
   for (const Layer& layer : r.layers) {
     for (const OpRecord& op : layer.ops) {
-      if (op.phase != "forward") continue;  // gradients: grad_underflow_rule and loss scaling
+      if (op.phase != Phase::kForward) continue;  // gradients: grad_underflow_rule and loss scaling
       for (const CastLossRecord& c : op.cast_loss)
         if (auto f = cast_finding(layer, op, c)) out.push_back(std::move(*f));
     }

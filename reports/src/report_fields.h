@@ -163,12 +163,12 @@ inline void finish_read(const ShadowSummary& s, const Obj& o) {
 template <typename F, typename R>
 auto fields(F& f, R& op) -> if_record<R, OpRecord> {
   f.req("op", op.op);
-  f.req("phase", op.phase);
+  f.named("phase", op.phase);
   f.req("calls", op.calls);
   f.req("input_dtype", op.input_dtype);
   f.req("compute_dtype", op.compute_dtype);
   f.req("output_dtype", op.output_dtype);
-  f.req("autocast", op.autocast);
+  f.named("autocast", op.autocast);
   f.req("casts", op.casts);
   f.opt("first_step", op.first_step, std::int64_t{0});
   f.opt("last_step", op.last_step, op.first_step);
@@ -186,7 +186,6 @@ auto fields(F& f, R& op) -> if_record<R, OpRecord> {
   f.maybe("degenerate_output", op.degenerate, Empty::kOmit);
   f.series("absmax_by_step", op.absmax_by_step);
 }
-// (an op's phase and autocast class are checked against phases.h's tables by validate_report)
 
 template <typename F, typename R>
 auto fields(F& f, R& p) -> if_record<R, ParamRecord> {
@@ -202,7 +201,7 @@ auto fields(F& f, R& p) -> if_record<R, ParamRecord> {
 template <typename F, typename R>
 auto fields(F& f, R& e) -> if_record<R, NonFiniteEvent> {
   f.req("step", e.step);
-  f.req("phase", e.phase);
+  f.named("phase", e.phase);
   f.req("layer", e.layer);
   f.req("op", e.op);
   f.req("kind", e.kind);

@@ -1,7 +1,6 @@
 // Value validation of a parsed report (see report_validate.h). Each check names the JSON path.
 #include <ampscope/reports/report_json.h>
 #include <ampscope/reports/report_validate.h>
-#include <ampscope/profiler/phases.h>
 
 #include <algorithm>
 #include <cctype>
@@ -33,25 +32,12 @@ void one_of(const std::string& v, std::initializer_list<const char*> allowed, co
   bad(where, "expected one of " + list + ", got " + quoted(v));
 }
 
-/// `v` is one of the names of a table (phases.h).
-template <std::size_t N>
-void one_of(const std::string& v, const std::array<std::string_view, N>& allowed, const std::string& where) {
-  if (is_one_of(allowed, v)) return;
-  std::string list;
-  for (std::string_view a : allowed) list += (list.empty() ? "" : "|") + std::string(a);
-  bad(where, "expected one of " + list + ", got " + quoted(v));
-}
-
 void non_negative(std::int64_t v, const std::string& where) {
   if (v < 0) bad(where, "negative value " + std::to_string(v));
 }
 
 void dtype(const std::string& d, const std::string& where) {
   if (!known_dtype_name(d)) bad(where, "unknown dtype " + quoted(d));
-}
-
-void phase(const std::string& p, const std::string& where) {
-  one_of(p, kPhaseNames, where);
 }
 
 void stats(const Stats& s, const std::string& where) {
@@ -74,8 +60,6 @@ void stats(const Stats& s, const std::string& where) {
 }
 
 void op(const OpRecord& o, const std::string& w) {
-  phase(o.phase, w + ".phase");
-  one_of(o.autocast, kAutocastClassNames, w + ".autocast");
   dtype(o.input_dtype, w + ".input_dtype");
   dtype(o.compute_dtype, w + ".compute_dtype");
   dtype(o.output_dtype, w + ".output_dtype");
@@ -119,7 +103,6 @@ void run(const RunInfo& r) {
 
 void event(const NonFiniteEvent& e, const RunInfo& r, const std::string& w) {
   non_negative(e.step, w + ".step");
-  phase(e.phase, w + ".phase");
   dtype(e.compute_dtype, w + ".compute_dtype");
   if (e.rank < 0 || e.rank >= std::max(r.world_size, 1)) bad(w + ".rank", "outside world_size");
   if (e.output_stats) stats(*e.output_stats, w + ".output_stats");
@@ -157,7 +140,7 @@ void validate_report(const Report& r) {
     if (!(r.loss_scale[i].scale > 0) && !std::isnan(r.loss_scale[i].scale))
       bad(at("loss_scale", i) + ".scale", "not positive");
   }
-  // (a recommendation's action and severity are enums: the reader took only known names)
+  // (phases, autocast classes, actions and severities are enums: the reader took only known names)
 }
 
 }  // namespace ampscope::reports

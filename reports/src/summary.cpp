@@ -119,7 +119,7 @@ void top_risks(const Report& report, const Style& st, std::string& out) {
 /// Forward ops with a floating input or output: the ones autocast can touch.
 bool floating_forward(const OpRecord& o) {
   auto floating = [](const std::string& d) { return d.find("float") != std::string::npos; };
-  return o.phase == "forward" && (floating(o.input_dtype) || floating(o.output_dtype));
+  return o.phase == Phase::kForward && (floating(o.input_dtype) || floating(o.output_dtype));
 }
 
 void autocast_table(const Report& report, const SummaryOptions& opt, std::string& out) {
@@ -139,7 +139,7 @@ void autocast_table(const Report& report, const SummaryOptions& opt, std::string
       if (!floating_forward(op)) continue;
       t.row({first ? truncate_middle(text::layer_label(l.name), kNameWidth) : "",
              first ? truncate_middle(l.type, 20) : "", truncate_middle(op.op, 32),
-             std::to_string(op.calls), text::dtype_chain(op), op.autocast, std::to_string(op.casts)});
+             std::to_string(op.calls), text::dtype_chain(op), std::string(name_of(op.autocast)), std::to_string(op.casts)});
       first = false;
     }
   }
@@ -264,7 +264,7 @@ void gpu_kernels(const Report& report, const SummaryOptions& opt, std::string& o
                                  ? "yes"
                                  : fmt::format("{}/{} matrix", k.tensor_core_launches, k.matrix_launches);
       t.row({first ? truncate_middle(text::layer_label(l.name), kNameWidth) : "",
-             truncate_middle(op.op, 32), op.phase, std::to_string(k.launches),
+             truncate_middle(op.op, 32), std::string(name_of(op.phase)), std::to_string(k.launches),
              fmt::format("{:.3f}", static_cast<double>(k.time_ns) * 1e-6), tc,
              k.top.empty() ? "" : truncate_middle(k.top.front().name, 48)});
       first = false;

@@ -48,14 +48,14 @@ void json_safe(nlohmann::json& j) {
 }
 
 void event_safe(NonFiniteEvent& e) {
-  for (std::string* s : {&e.phase, &e.layer, &e.op, &e.kind, &e.compute_dtype, &e.reached}) *s = terminal_safe(*s);
+  for (std::string* s : {&e.layer, &e.op, &e.kind, &e.compute_dtype, &e.reached}) *s = terminal_safe(*s);
 }
 
 void layer_safe(Layer& l) {
   l.name = terminal_safe(l.name);
   l.type = terminal_safe(l.type);
   for (OpRecord& op : l.ops)
-    for (std::string* s : {&op.op, &op.phase, &op.input_dtype, &op.compute_dtype, &op.output_dtype, &op.autocast})
+    for (std::string* s : {&op.op, &op.input_dtype, &op.compute_dtype, &op.output_dtype})
       *s = terminal_safe(*s);
   for (ParamRecord& p : l.params) {
     p.name = terminal_safe(p.name);

@@ -131,7 +131,7 @@ inline std::string verdict(const Report& r) {
                                                            replace_all(e.reached, "_", " "),
                                                            e.reached_step);
   return fmt::format("first non-finite: step {}, phase {}, layer {}, op {} ({}) — {}{}; FP32 re-check: {}",
-                     e.step, e.phase, layer_label(e.layer), e.op, e.kind, origin_words(e), reached,
+                     e.step, name_of(e.phase), layer_label(e.layer), e.op, e.kind, origin_words(e), reached,
                      recheck);
 }
 

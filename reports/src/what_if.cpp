@@ -42,7 +42,7 @@ std::vector<WhatIfRow> what_if(const Report& report) {
       const Format f = kWhatIfFormats[i];
       for (const OpRecord& op : l.ops) {
         // Backward entries carry the incoming gradients, of the dtype they arrived in.
-        const bool backward = op.phase == "backward";
+        const bool backward = op.phase == Phase::kBackward;
         const std::string& dtype = backward ? op.input_dtype : op.output_dtype;
         if (!dtypes::wider_than(dtype, f)) continue;
         add(backward ? row.gradients[i] : row.activations[i], op.stats, f);

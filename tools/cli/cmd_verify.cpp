@@ -98,7 +98,7 @@ int cmd_verify(const Argv& argv) {
   if (before.recommendations.empty()) text += "  none recommended anything\n";
   for (const auto& r : before.recommendations) {
     text += fmt::format("  {:<11} {:<9} {:<12} {:<8} {}\n", still_there(r, after) ? "STILL THERE" : "gone",
-                        reports::name_of(r.severity), reports::name_of(r.action),
+                        ampscope::name_of(r.severity), ampscope::name_of(r.action),
                         r.layer.empty() ? "(root)" : reports::terminal_safe(r.layer), reasons_text(r));
   }
   text += reports::render_diff(reports::diff_reports(before, after), before, after);

@@ -23,7 +23,7 @@ std::string joined(const std::vector<std::string>& v, const char* sep = ", ") {
 
 std::string nonfinite_text(const reports::NonFiniteEvent& e) {
   return fmt::format("non-finite at step {} in {} ({}, {}, {})", e.step, label(e.layer), e.op,
-                     e.kind, e.phase);
+                     e.kind, name_of(e.phase));
 }
 
 /// "aten::linear at step 2 (inf, float32 absmax 65536)" from a recommendation's evidence.
@@ -93,7 +93,7 @@ ojson pin_evidence(const FixOutcome& o, const PinHistory& h, const std::string& 
   } else {
     j["added"] = fmt::format("round {}", h.round);
     j["added_by"] = {{"run", relative(o.run(h.added_by).dir, out)},
-                     {"severity", std::string(reports::name_of(h.rec.severity))},
+                     {"severity", std::string(ampscope::name_of(h.rec.severity))},
                      {"reasons", h.rec.reasons},
                      {"evidence", ojson::parse(h.rec.evidence.dump())}};
   }
@@ -197,7 +197,7 @@ std::string remains_section(const FixOutcome& o) {
   std::string s;
   if (r.first_nonfinite) s += "  " + nonfinite_text(*r.first_nonfinite) + "\n";
   for (const auto& rec : r.recommendations) {
-    s += fmt::format("  {:<9} {:<20} {:<16} {}\n", reports::name_of(rec.severity), reports::name_of(rec.action), label(rec.layer),
+    s += fmt::format("  {:<9} {:<20} {:<16} {}\n", ampscope::name_of(rec.severity), ampscope::name_of(rec.action), label(rec.layer),
                      joined(rec.reasons, ","));
   }
   return "what remains (final run " + std::to_string(o.final_run) + "):\n" +

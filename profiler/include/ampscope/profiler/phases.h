@@ -1,6 +1,9 @@
 // The phase of a training step an op ran in, and what autocast did to it: the enums the
-// observer keys its entries by, and their names in report.json, in one table each. Plain C++.
+// observer keys its entries by and the report model stores, and their names in report.json, in
+// one table each (name_of / from_name: named_enum.h). Plain C++.
 #pragma once
+
+#include <ampscope/profiler/named_enum.h>
 
 #include <array>
 #include <cstdint>
@@ -14,23 +17,17 @@ namespace ampscope {
 enum class Phase : std::uint8_t { kForward = 0, kBackward, kOptimizer, kSetup, kBetween };
 inline constexpr std::array<std::string_view, 5> kPhaseNames{"forward", "backward", "optimizer", "setup",
                                                              "between"};
-/// "forward" | "backward" | "optimizer" | "setup" | "between".
-constexpr std::string_view phase_name(Phase p) { return kPhaseNames[static_cast<std::size_t>(p)]; }
+constexpr const auto& enum_names(Phase) { return kPhaseNames; }
 
 /// What autocast did to an op call.
 enum class AutocastClass : std::uint8_t { kNone = 0, kLowerPrecision, kFp32, kPromote };
 inline constexpr std::array<std::string_view, 4> kAutocastClassNames{"none", "lower_precision", "fp32", "promote"};
-/// "none" | "lower_precision" | "fp32" | "promote".
-constexpr std::string_view autocast_class_name(AutocastClass c) {
-  return kAutocastClassNames[static_cast<std::size_t>(c)];
-}
+constexpr const auto& enum_names(AutocastClass) { return kAutocastClassNames; }
 
-/// Whether `name` is one of `names`.
-template <std::size_t N>
-constexpr bool is_one_of(const std::array<std::string_view, N>& names, std::string_view name) {
-  for (std::string_view n : names)
-    if (n == name) return true;
-  return false;
-}
+/// nlohmann's hook (json j = phase;): the name, never the number.
+template <typename BasicJson>
+void to_json(BasicJson& j, Phase p) { j = std::string(name_of(p)); }
+template <typename BasicJson>
+void to_json(BasicJson& j, AutocastClass c) { j = std::string(name_of(c)); }
 
 }  // namespace ampscope

@@ -6,6 +6,8 @@
 #include <ampscope/profiler/entry_stats.h>
 #include <ampscope/profiler/fp32_check.h>
 #include <ampscope/profiler/kernel_trace.h>
+#include <ampscope/profiler/named_enum.h>
+#include <ampscope/profiler/phases.h>
 #include <ampscope/profiler/stats.h>
 
 #include <array>
@@ -84,11 +86,11 @@ struct StaleUpdateRecord {
 /// autocast class); its counts and blocks are EntryStats (one merge with the observer's).
 struct OpRecord : EntryStats {
   std::string op;             ///< "aten::linear", or an autograd node name such as "AddmmBackward0"
-  std::string phase;          ///< "forward" | "backward" | "optimizer" | "setup" | "between"
+  Phase phase = Phase::kForward;
   std::string input_dtype;    ///< dtype of the floating inputs as written ("" when none)
   std::string compute_dtype;  ///< dtype the op computed in
   std::string output_dtype;   ///< dtype it returned ("" when no tensor)
-  std::string autocast;       ///< "lower_precision" | "fp32" | "promote" | "none"
+  AutocastClass autocast = AutocastClass::kNone;  ///< what autocast did to it
   std::vector<CastLossRecord> cast_loss;       ///< casts of its arguments that lost values
   std::optional<DegenerateRecord> degenerate;  ///< near-zero low-precision outputs seen
 };
@@ -148,7 +150,7 @@ struct RunInfo {
 /// The first op whose output held a non-finite value.
 struct NonFiniteEvent {
   std::int64_t step = 0;
-  std::string phase;
+  Phase phase = Phase::kForward;
   std::string layer;
   std::string op;
   std::string kind;            ///< "nan" | "inf"
@@ -187,32 +189,8 @@ inline constexpr std::array<std::string_view, 5> kActionNames{"pin_fp32", "loss_
 enum class Severity : std::uint8_t { kCritical, kHigh, kMedium, kLow };
 inline constexpr std::array<std::string_view, 4> kSeverityNames{"critical", "high", "medium", "low"};
 
-constexpr std::string_view name_of(Action a) { return kActionNames[static_cast<std::size_t>(a)]; }
-constexpr std::string_view name_of(Severity s) { return kSeverityNames[static_cast<std::size_t>(s)]; }
-/// The enum value called `name`; false (and *out unchanged) when there is none.
-template <typename E, std::size_t N>
-constexpr bool from_name_in(const std::array<std::string_view, N>& names, std::string_view name, E* out) {
-  for (std::size_t i = 0; i < N; ++i) {
-    if (names[i] == name) {
-      *out = static_cast<E>(i);
-      return true;
-    }
-  }
-  return false;
-}
-constexpr bool from_name(std::string_view name, Action* out) { return from_name_in(kActionNames, name, out); }
-constexpr bool from_name(std::string_view name, Severity* out) { return from_name_in(kSeverityNames, name, out); }
-/// The names an enum's JSON may hold ("critical|high|medium|low").
-inline std::string names_of(Action) {
-  std::string s;
-  for (auto n : kActionNames) s += (s.empty() ? "" : "|") + std::string(n);
-  return s;
-}
-inline std::string names_of(Severity) {
-  std::string s;
-  for (auto n : kSeverityNames) s += (s.empty() ? "" : "|") + std::string(n);
-  return s;
-}
+constexpr const auto& enum_names(Action) { return kActionNames; }
+constexpr const auto& enum_names(Severity) { return kSeverityNames; }
 /// critical 3, high 2, medium 1, low 0.
 constexpr int severity_rank(Severity s) { return 3 - static_cast<int>(s); }
 /// nlohmann's hook (json j = action;): the name, never the number.
