@@ -3,6 +3,7 @@
 // and the what-if table. Expected values are worked out by hand from the planted numbers.
 #include <gtest/gtest.h>
 
+#include <ampscope/reports/evidence.h>
 #include <ampscope/reports/precision_map.h>
 #include <ampscope/reports/recommend.h>
 #include <ampscope/reports/report.h>
@@ -70,12 +71,6 @@ Stats fp32_grads(std::int64_t normal, std::int64_t tiny, int tiny_exp) {
   if (tiny_exp < -25) s.underflow[kF16] = tiny;  // below half the smallest subnormal
   else if (tiny_exp < -14) s.subnormal[kF16] = tiny;
   return s;
-}
-
-const Recommendation* find(const std::vector<Recommendation>& recs, const std::string& action) {
-  for (const auto& r : recs)
-    if (name_of(r.action) == action) return &r;
-  return nullptr;
 }
 
 }  // namespace
@@ -641,4 +636,77 @@ TEST(Summary, ParametersShowValueUnderflowAndStaleUpdates) {
   EXPECT_NE(row.find("0%"), std::string::npos) << row;   // float16: none
   EXPECT_NE(row.find("25%"), std::string::npos) << row;  // e4m3
   EXPECT_NE(row.find("90%"), std::string::npos) << row;  // stale
+}
+
+// --- typed evidence: what a rule writes reads back as its type; foreign items are left out
+
+using json = nlohmann::json;
+
+TEST(Evidence, ARulesEvidenceReadsBackAsItsType) {
+  OpRecord o = op("aten::linear", ampscope::Phase::kForward, "float16");
+  o.absmax_by_step = series(10, 3.0, 1.0);  // as GrowingTowardTheMaxIsLowWatchWithProjection
+  const auto recs = recommend(run("float16", {layer("ffn.wo", {o})}));
+  ASSERT_EQ(recs.size(), 1u);
+  const json& j = recs[0].evidence["headroom"][0];
+  const auto ev = evidence_of<HeadroomEvidence>(recs[0].evidence);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].op, "aten::linear");
+  EXPECT_EQ(ev[0].compute_dtype, "float16");
+  EXPECT_DOUBLE_EQ(ev[0].absmax, j["absmax"].get<double>());
+  EXPECT_DOUBLE_EQ(ev[0].format_max, 65504.0);
+  EXPECT_DOUBLE_EQ(ev[0].growth_binades_per_step, j["growth_binades_per_step"].get<double>());
+  ASSERT_TRUE(ev[0].projected_overflow_step.has_value());
+  EXPECT_EQ(*ev[0].projected_overflow_step, 13);
+  // Another rule's type finds nothing here.
+  EXPECT_TRUE(evidence_of<ShadowEvidence>(recs[0].evidence).empty());
+  EXPECT_TRUE(evidence_of<OriginEvidence>(recs[0].evidence).empty());
+}
+
+TEST(Evidence, ListsAppendObjectsReplaceAndOptionalsStayOut) {
+  json evidence = json::object();
+  CastLossEvidence a, b;
+  a.op = "aten::linear";
+  a.share_lost = 0.5;
+  b.op = "aten::matmul";
+  b.share_lost = std::nan("");  // written as null, read back as NaN
+  add_evidence(evidence, a);
+  add_evidence(evidence, b);
+  ASSERT_TRUE(evidence["cast_loss"].is_array());
+  ASSERT_EQ(evidence["cast_loss"].size(), 2u);
+  EXPECT_TRUE(evidence["cast_loss"][1]["share_lost"].is_null());
+  const auto back = evidence_of<CastLossEvidence>(evidence);
+  ASSERT_EQ(back.size(), 2u);
+  EXPECT_EQ(back[1].op, "aten::matmul");
+  EXPECT_DOUBLE_EQ(back[0].share_lost, 0.5);
+  EXPECT_TRUE(std::isnan(back[1].share_lost));
+
+  GradUnderflowEvidence g;
+  g.format = "float16";
+  g.values_in_format = 7;  // zeros_in_format absent: not written
+  add_evidence(evidence, g);
+  EXPECT_EQ(evidence["gradients"]["values_in_float16_grads"], 7);
+  EXPECT_FALSE(evidence["gradients"].contains("zeros_in_float16_grads"));
+  EXPECT_TRUE(evidence["gradients"]["loss_scale_in_use"].is_null());  // no GradScaler: null
+  const auto gb = evidence_of<GradUnderflowEvidence>(evidence);
+  ASSERT_EQ(gb.size(), 1u);
+  EXPECT_EQ(gb[0].values_in_format, std::optional<std::int64_t>(7));
+  EXPECT_FALSE(gb[0].zeros_in_format.has_value());
+  EXPECT_FALSE(gb[0].loss_scale_in_use.has_value());
+}
+
+TEST(Evidence, AnItemOfTheWrongShapeIsLeftOutAndMissingFieldsTakeDefaults) {
+  json evidence = json::parse(R"({"ops": [{"op": "aten::mm", "calls": "many"}, 7,
+                                          {"op": "aten::bmm", "phase": "backward"}],
+                                  "first_nonfinite": "not an object"})");
+  const auto ops = evidence_of<NonfiniteOpEvidence>(evidence);
+  ASSERT_EQ(ops.size(), 1u);  // the string count and the number are not items
+  EXPECT_EQ(ops[0].op, "aten::bmm");
+  EXPECT_EQ(ops[0].phase, ampscope::Phase::kBackward);
+  EXPECT_EQ(ops[0].calls, 0);
+  EXPECT_EQ(ops[0].first_step, -1);
+  EXPECT_TRUE(evidence_of<OriginEvidence>(evidence).empty());
+  EXPECT_TRUE(evidence_of<NonfiniteOpEvidence>(json(nullptr)).empty());
+  // An unknown phase name makes the item unreadable, not a crash.
+  evidence["ops"][2]["phase"] = "sideways";
+  EXPECT_TRUE(evidence_of<NonfiniteOpEvidence>(evidence).empty());
 }

@@ -14,6 +14,7 @@
 #include <optional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace ampscope::reports::json_io {
@@ -226,8 +227,20 @@ class FieldWriter {
   /// An enum written as its name (name_of).
   template <typename E>
   void named(const char* key, E v) { out_[key] = std::string(name_of(v)); }
+  /// An enum that falls back to `def` on reading when absent.
+  template <typename E>
+  void named_or(const char* key, E v, E /*def*/) { named(key, v); }
   /// A required boolean that may be null (not known).
   void maybe_bool(const char* key, const std::optional<bool>& v) { out_[key] = v ? ojson(*v) : ojson(nullptr); }
+  /// An optional value (a number as number()): written only when present; read when present and
+  /// not null.
+  template <typename T>
+  void maybe_value(const char* key, const std::optional<T>& v) {
+    if (v) out_[key] = value(*v);
+  }
+  /// An optional value written as null when absent; read as maybe_value().
+  template <typename T>
+  void nullable(const char* key, const std::optional<T>& v) { out_[key] = v ? value(*v) : ojson(nullptr); }
   template <typename Item>
   void list(const char* key, const std::vector<Item>& items, Empty empty = Empty::kWrite) {
     if (items.empty() && empty == Empty::kOmit) return;
@@ -243,6 +256,9 @@ class FieldWriter {
   }
 
  private:
+  static ojson value(double v) { return num(v); }
+  template <typename T>
+  static ojson value(const T& v) { return ojson(v); }
   ojson& out_;
 };
 
@@ -304,6 +320,18 @@ class FieldReader {
     if (!from_name(s, &v))
       value_error(o_.path(key), "expected one of " + names_of(v) + ", got \"" + printable(s, 60) + "\"");
   }
+  template <typename T>
+  void maybe_value(const char* key, std::optional<T>& v) {
+    v.reset();
+    if (const json* j = o_.find(key); j && !j->is_null()) v = value<T>(key);
+  }
+  template <typename T>
+  void nullable(const char* key, std::optional<T>& v) { maybe_value(key, v); }
+  template <typename E>
+  void named_or(const char* key, E& v, E def) {
+    v = def;
+    if (const json* j = o_.find(key); j && !j->is_null()) named(key, v);
+  }
   void maybe_bool(const char* key, std::optional<bool>& v) {
     const json& j = o_.need(key);
     v.reset();
@@ -331,6 +359,15 @@ class FieldReader {
   }
 
  private:
+  /// The value at `key`, which is there and not null.
+  template <typename T>
+  T value(const char* key) const {
+    if constexpr (std::is_same_v<T, double>) return o_.number(key, kNaN);
+    else if constexpr (std::is_same_v<T, bool>) return o_.boolean(key);
+    else if constexpr (std::is_same_v<T, std::string>) return o_.str(key);
+    else if constexpr (std::is_same_v<T, int>) return o_.int32(key);
+    else return o_.int64(key);
+  }
   static std::vector<std::string> string_list(const json& arr, const std::string& where) {
     std::vector<std::string> out;
     out.reserve(arr.size());

@@ -56,21 +56,15 @@ int severity_rank(const std::string& severity) {
   return from_name(severity, &s) ? severity_rank(s) : -1;
 }
 
-namespace detail {
-json num(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
-}  // namespace detail
-
 namespace {
-
-using detail::num;
 
 std::string dtype_name(const std::string& d) { return dtypes::bare(d); }
 
 
-/// The largest finite value of a named low-precision format, or null when it is none of them.
-json format_max_of(const std::string& dtype) {
+/// The largest finite value of a named low-precision format, or none when it is none of them.
+std::optional<double> format_max_of(const std::string& dtype) {
   Format f;
-  if (!format_from_name(dtype_name(dtype), &f)) return nullptr;
+  if (!format_from_name(dtype_name(dtype), &f)) return std::nullopt;
   return format_max(f);
 }
 
@@ -91,25 +85,25 @@ bool fails_in_fp32_too(const Report& r, const std::string& layer, const std::str
 void origin_rule(const Report& r, Findings& out) {
   if (!r.first_nonfinite) return;
   const NonFiniteEvent& e = *r.first_nonfinite;
-  json origin = json::object();
-  origin["step"] = e.step;
-  origin["phase"] = e.phase;
-  origin["op"] = e.op;
-  origin["kind"] = e.kind;
-  origin["inputs_finite"] = e.inputs_finite;
-  if (!e.compute_dtype.empty()) origin["compute_dtype"] = e.compute_dtype;
-  origin["fp32_recheck"] = fp32_recheck_word(e.fp32_also_nonfinite);
-  if (!e.reached.empty()) origin["reached"] = e.reached;
-  if (e.nonfinite_scalar) origin["nonfinite_scalar"] = true;
-  if (e.fp32_check) origin["fp32_check"] = fp32_check_to_json(*e.fp32_check);
+  OriginEvidence origin;
+  origin.step = e.step;
+  origin.phase = e.phase;
+  origin.op = e.op;
+  origin.kind = e.kind;
+  origin.inputs_finite = e.inputs_finite;
+  if (!e.compute_dtype.empty()) origin.compute_dtype = e.compute_dtype;
+  origin.fp32_recheck = fp32_recheck_word(e.fp32_also_nonfinite);
+  if (!e.reached.empty()) origin.reached = e.reached;
+  if (e.nonfinite_scalar) origin.nonfinite_scalar = true;
+  origin.fp32_check = e.fp32_check;
   if (e.output_stats) {
-    origin["count"] = e.output_stats->count;
-    origin["nan"] = e.output_stats->nan;
-    origin["posinf"] = e.output_stats->posinf;
-    origin["neginf"] = e.output_stats->neginf;
-    origin["absmax"] = num(e.output_stats->absmax);  // of the finite outputs
+    origin.count = e.output_stats->count;
+    origin.nan = e.output_stats->nan;
+    origin.posinf = e.output_stats->posinf;
+    origin.neginf = e.output_stats->neginf;
+    origin.absmax = e.output_stats->absmax;  // of the finite outputs
   }
-  if (json fm = format_max_of(e.compute_dtype); !fm.is_null()) origin["format_max"] = fm;
+  origin.format_max = format_max_of(e.compute_dtype);
 
   Finding f;
   f.layer = e.layer;
@@ -128,7 +122,7 @@ void origin_rule(const Report& r, Findings& out) {
       f.action = Action::kFixModel;
       f.reasons = {"nonfinite_in_fp32"};
     }
-    f.evidence["first_nonfinite"] = std::move(origin);
+    add_evidence(f.evidence, origin);
     out.push_back(std::move(f));
     return;
   }
@@ -148,7 +142,7 @@ void origin_rule(const Report& r, Findings& out) {
     f.action = Action::kPinFp32;
     f.reasons = {"nonfinite_origin"};
   }
-  f.evidence["first_nonfinite"] = std::move(origin);
+  add_evidence(f.evidence, origin);
   out.push_back(std::move(f));
 }
 
@@ -168,30 +162,30 @@ void lowp_op_rule(const Report& r, Findings& out) {
       if (op.phase == Phase::kBackward) continue;
       if (fails_in_fp32_too(r, layer.name, op.op)) continue;  // origin_rule says fix_model
       const bool infs = op.stats.posinf + op.stats.neginf > 0;
-      json ev = json::object();
-      ev["op"] = op.op;
-      ev["phase"] = op.phase;
-      ev["calls"] = op.calls;
-      ev["compute_dtype"] = op.compute_dtype;
-      ev["nonfinite_from_finite"] = op.nonfinite_from_finite;
-      ev["harmful_nonfinite"] = op.harmful_nonfinite;
-      ev["fp32_finite"] = op.fp32_finite;
-      ev["first_step"] = op.first_nonfinite_step;
-      ev["nan"] = op.stats.nan;
-      ev["posinf"] = op.stats.posinf;
-      ev["neginf"] = op.stats.neginf;
-      ev["absmax"] = num(op.stats.absmax);  // of the finite outputs
-      if (json fm = format_max_of(lowp); !fm.is_null()) ev["format_max"] = fm;
+      NonfiniteOpEvidence ev;
+      ev.op = op.op;
+      ev.phase = op.phase;
+      ev.calls = op.calls;
+      ev.compute_dtype = op.compute_dtype;
+      ev.nonfinite_from_finite = op.nonfinite_from_finite;
+      ev.harmful_nonfinite = op.harmful_nonfinite;
+      ev.fp32_finite = op.fp32_finite;
+      ev.first_step = op.first_nonfinite_step;
+      ev.nan = op.stats.nan;
+      ev.posinf = op.stats.posinf;
+      ev.neginf = op.stats.neginf;
+      ev.absmax = op.stats.absmax;  // of the finite outputs
+      ev.format_max = format_max_of(lowp);
       const auto& e = r.first_nonfinite;
       if (e && e->layer == layer.name && e->op == op.op && e->fp32_also_nonfinite)
-        ev["fp32_recheck"] = fp32_recheck_word(e->fp32_also_nonfinite);
+        ev.fp32_recheck = fp32_recheck_word(e->fp32_also_nonfinite);
 
       Finding f;
       f.layer = layer.name;
       f.action = Action::kPinFp32;
       f.severity = Severity::kHigh;
       f.reasons = {infs ? "overflow_" + lowp : "nonfinite_lowp"};
-      f.evidence["ops"] = json::array({std::move(ev)});
+      add_evidence(f.evidence, ev);
       out.push_back(std::move(f));
     }
   }
@@ -204,14 +198,14 @@ void precision_loss_rule(const Report& r, Findings& out) {
       const ShadowSummary& sh = op.shadow;
       if (sh.checks == 0) continue;
       if (!(sh.max_rel_err > kPrecisionLossRelErr) && !(sh.min_cosine < kPrecisionLossCosine)) continue;
-      json ev = json::object();
-      ev["op"] = op.op;
-      ev["compute_dtype"] = op.compute_dtype;
-      ev["checks"] = sh.checks;
-      ev["max_rel_err"] = num(sh.max_rel_err);
-      ev["max_ulp"] = num(sh.max_ulp);
-      ev["min_cosine"] = num(sh.min_cosine);
-      ev["worst_step"] = sh.worst_step;
+      ShadowEvidence ev;
+      ev.op = op.op;
+      ev.compute_dtype = op.compute_dtype;
+      ev.checks = sh.checks;
+      ev.max_rel_err = sh.max_rel_err;
+      ev.max_ulp = sh.max_ulp;
+      ev.min_cosine = sh.min_cosine;
+      ev.worst_step = sh.worst_step;
       Finding f;
       f.layer = layer.name;
       f.action = Action::kPinFp32;
@@ -219,7 +213,7 @@ void precision_loss_rule(const Report& r, Findings& out) {
       const bool lost = sh.max_rel_err >= kShadowLostRelErr || sh.min_cosine <= kShadowLostCosine;
       f.severity = lost ? Severity::kHigh : Severity::kMedium;
       f.reasons = {"precision_loss"};
-      f.evidence["shadow"] = json::array({std::move(ev)});
+      add_evidence(f.evidence, ev);
       out.push_back(std::move(f));
     }
   }
@@ -264,21 +258,21 @@ void headroom_rule(const Report& r, Findings& out) {
       const bool close = headroom < kHeadroomWarnBinades;
       const bool heading = growth >= kHeadroomMinGrowth && steps_left <= horizon;
       if (!close && !heading) continue;
-      json ev = json::object();
-      ev["op"] = op.op;
-      ev["compute_dtype"] = op.compute_dtype;
-      ev["absmax"] = num(peak);
-      ev["format_max"] = fmax;
-      ev["headroom_binades"] = num(headroom);
-      ev["growth_binades_per_step"] = num(growth);
+      HeadroomEvidence ev;
+      ev.op = op.op;
+      ev.compute_dtype = op.compute_dtype;
+      ev.absmax = peak;
+      ev.format_max = fmax;
+      ev.headroom_binades = headroom;
+      ev.growth_binades_per_step = growth;
       if (std::isfinite(steps_left))
-        ev["projected_overflow_step"] = op.absmax_by_step.back().first + static_cast<std::int64_t>(std::ceil(steps_left));
+        ev.projected_overflow_step = op.absmax_by_step.back().first + static_cast<std::int64_t>(std::ceil(steps_left));
       Finding f;
       f.layer = layer.name;
       f.action = Action::kWatch;
       f.severity = close ? Severity::kMedium : Severity::kLow;
       f.reasons = {"headroom_" + lowp};
-      f.evidence["headroom"] = json::array({std::move(ev)});
+      add_evidence(f.evidence, ev);
       out.push_back(std::move(f));
     }
   }
@@ -344,7 +338,7 @@ void grad_underflow_rule(const Report& r, Findings& out) {
   Format fmt;
   if (!dtypes::as_format(r.run.autocast_dtype, &fmt)) return;
   GradCounts total;
-  std::vector<std::pair<double, json>> worst;  // (share, evidence) per layer
+  std::vector<LayerGradLoss> worst;
   for (const Layer& layer : r.layers) {
     GradCounts mine;
     for (const OpRecord& op : layer.ops)
@@ -352,13 +346,7 @@ void grad_underflow_rule(const Report& r, Findings& out) {
     for (const ParamRecord& p : layer.params) mine.add(p.grad, p.dtype, fmt);
     if (mine.nonzero == 0) continue;
     total.merge(mine);
-    json l = json::object();
-    l["layer"] = layer.name;
-    l["share"] = mine.lost_share();
-    l["underflow"] = mine.underflow;
-    l["subnormal"] = mine.subnormal;
-    l["nonzero"] = mine.nonzero;
-    worst.emplace_back(mine.lost_share(), std::move(l));
+    worst.push_back({layer.name, mine.lost_share(), mine.underflow, mine.subnormal, mine.nonzero});
   }
   const double share = total.lost_share();
   if (total.nonzero == 0 || share < kGradUnderflowShare || total.hist.empty()) return;
@@ -379,34 +367,33 @@ void grad_underflow_rule(const Report& r, Findings& out) {
   double current = 1.0;
   if (!r.loss_scale.empty() && r.loss_scale.back().scale > 0) current = r.loss_scale.back().scale;
 
-  json ev = json::object();
-  ev["format"] = name;
-  ev["share_lost"] = share;
-  ev["nonzero_values"] = total.nonzero;
-  ev["underflow"] = total.underflow;
-  ev["subnormal"] = total.subnormal;
+  GradUnderflowEvidence ev;
+  ev.format = name;
+  ev.share_lost = share;
+  ev.nonzero_values = total.nonzero;
+  ev.underflow = total.underflow;
+  ev.subnormal = total.subnormal;
   if (total.stored_values > 0) {
-    ev["zeros_in_" + name + "_grads"] = total.zeros;
-    ev["values_in_" + name + "_grads"] = total.stored_values;
+    ev.zeros_in_format = total.zeros;
+    ev.values_in_format = total.stored_values;
   }
-  ev["grad_absmax"] = num(total.absmax);
-  ev["grad_exp_low"] = e_low;
-  ev["grad_exp_high"] = e_high;
-  ev["loss_scale_in_use"] = r.loss_scale.empty() ? json(nullptr) : json(current);
-  ev["suggested_scale"] = std::ldexp(current, k);
-  ev["tail_scale"] = std::ldexp(current, k_need);
-  ev["range_too_wide"] = k < k_need;  // even the largest safe scale leaves some underflow
-  std::stable_sort(worst.begin(), worst.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  json layers = json::array();
-  for (std::size_t i = 0; i < worst.size() && i < 5; ++i) layers.push_back(worst[i].second);
-  ev["worst_layers"] = std::move(layers);
+  ev.grad_absmax = total.absmax;
+  ev.grad_exp_low = e_low;
+  ev.grad_exp_high = e_high;
+  if (!r.loss_scale.empty()) ev.loss_scale_in_use = current;
+  ev.suggested_scale = std::ldexp(current, k);
+  ev.tail_scale = std::ldexp(current, k_need);
+  ev.range_too_wide = k < k_need;  // even the largest safe scale leaves some underflow
+  std::stable_sort(worst.begin(), worst.end(), [](const auto& a, const auto& b) { return a.share > b.share; });
+  if (worst.size() > 5) worst.resize(5);
+  ev.worst_layers = std::move(worst);
 
   Finding f;
   f.layer = "";  // loss scaling acts on the whole model
   f.action = Action::kLossScaling;
   f.severity = Severity::kHigh;
   f.reasons = {"grad_underflow_" + name};
-  f.evidence["gradients"] = std::move(ev);
+  add_evidence(f.evidence, ev);
   out.push_back(std::move(f));
 }
 
@@ -430,20 +417,20 @@ void loss_scale_rule(const Report& r, Findings& out) {
   // scale, not a collapse (unless it ends below 1).
   const auto updates = static_cast<std::int64_t>(r.loss_scale.size());
   if (!(last < 1.0) && (tail < kCollapseRun || tail == updates)) return;
-  json ev = json::object();
-  ev["updates"] = static_cast<std::int64_t>(r.loss_scale.size());
-  ev["skipped_steps"] = skipped;
-  ev["first_found_inf_step"] = first_inf;
-  ev["trailing_found_inf"] = tail;
-  ev["min_scale"] = num(lo);
-  ev["max_scale"] = num(hi);
-  ev["final_scale"] = num(last);
+  LossScaleEvidence ev;
+  ev.updates = static_cast<std::int64_t>(r.loss_scale.size());
+  ev.skipped_steps = skipped;
+  ev.first_found_inf_step = first_inf;
+  ev.trailing_found_inf = tail;
+  ev.min_scale = lo;
+  ev.max_scale = hi;
+  ev.final_scale = last;
   Finding f;
   f.layer = "";
   f.action = Action::kLossScaling;
   f.severity = Severity::kHigh;
   f.reasons = {"loss_scale_collapse"};
-  f.evidence["loss_scale"] = std::move(ev);
+  add_evidence(f.evidence, ev);
   out.push_back(std::move(f));
 }
 
@@ -514,96 +501,73 @@ std::vector<Recommendation> merge(Findings findings) {
 
 // ---- each rule's one line of evidence (the summary's and the HTML's "key evidence") ----------
 
-void origin_line(const json& it, std::vector<std::string>& lines) {
-  if (!it.is_object()) return;
-  double step = 0;
-  std::string s = detail::ev_str(it, "op");
-  if (detail::ev_num(it, "step", &step)) s += " at step " + text::number(step);
-  std::string kind = detail::ev_str(it, "kind");
-  if (!kind.empty()) s += " (" + kind + ")";
-  std::string recheck = detail::ev_str(it, "fp32_recheck");
-  if (!recheck.empty()) s += ", fp32 re-check " + recheck;
+void origin_line(const OriginEvidence& e, std::vector<std::string>& lines) {
+  std::string s = e.op + " at step " + text::number(static_cast<double>(e.step));
+  if (!e.kind.empty()) s += " (" + e.kind + ")";
+  if (!e.fp32_recheck.empty()) s += ", fp32 re-check " + e.fp32_recheck;
   lines.push_back(std::move(s));
 }
 
-void lowp_op_line(const json& ops, std::vector<std::string>& lines) {
-  for (const auto& op : ops) {
-    if (!op.is_object()) continue;
-    std::string s = detail::ev_str(op, "op");
-    double bad = 0, calls = 0;
-    if (detail::ev_num(op, "nonfinite_from_finite", &bad)) {
-      s += ": " + text::number(bad);
-      if (detail::ev_num(op, "calls", &calls)) s += "/" + text::number(calls);
-      s += " calls non-finite";
-    }
-    double absmax = 0, fmax = 0;
-    if (detail::ev_num(op, "absmax", &absmax)) {
-      s += ", absmax " + text::number(absmax);
-      if (detail::ev_num(op, "format_max", &fmax)) s += " (max " + text::number(fmax) + ")";
-    }
-    lines.push_back(std::move(s));
+void nonfinite_op_line(const NonfiniteOpEvidence& e, std::vector<std::string>& lines) {
+  std::string s = e.op + ": " + text::number(static_cast<double>(e.nonfinite_from_finite)) + "/" +
+                  text::number(static_cast<double>(e.calls)) + " calls non-finite";
+  if (std::isfinite(e.absmax)) {
+    s += ", absmax " + text::number(e.absmax);
+    if (e.format_max) s += " (max " + text::number(*e.format_max) + ")";
   }
+  lines.push_back(std::move(s));
 }
 
-/// headroom and shadow evidence: per op, its range against the format or its float32 error.
-void op_range_line(const json& ops, std::vector<std::string>& lines) {
-  for (const auto& op : ops) {
-    if (!op.is_object()) continue;
-    std::string s = detail::ev_str(op, "op");
-    double a = 0, b = 0;
-    if (detail::ev_num(op, "absmax", &a) && detail::ev_num(op, "format_max", &b))
-      s += ", absmax " + text::number(a) + " (max " + text::number(b) + ")";
-    if (detail::ev_num(op, "growth_binades_per_step", &a) && a > 0) s += fmt::format(", x{:.3g}/step", std::exp2(a));
-    if (detail::ev_num(op, "projected_overflow_step", &a)) s += ", overflow ~step " + text::number(a);
-    if (detail::ev_num(op, "max_rel_err", &a)) s += fmt::format(", rel err {:.3g}", a);
-    if (detail::ev_num(op, "min_cosine", &a)) s += fmt::format(", cosine {:.6g}", a);
-    lines.push_back(std::move(s));
-  }
+void shadow_line(const ShadowEvidence& e, std::vector<std::string>& lines) {
+  std::string s = e.op;
+  if (std::isfinite(e.max_rel_err)) s += fmt::format(", rel err {:.3g}", e.max_rel_err);
+  if (std::isfinite(e.min_cosine)) s += fmt::format(", cosine {:.6g}", e.min_cosine);
+  lines.push_back(std::move(s));
 }
 
-void grad_underflow_line(const json& it, std::vector<std::string>& lines) {
-  if (!it.is_object()) return;
-  double share = 0, scale = 0;
+void headroom_line(const HeadroomEvidence& e, std::vector<std::string>& lines) {
+  std::string s = e.op;
+  if (std::isfinite(e.absmax) && std::isfinite(e.format_max))
+    s += ", absmax " + text::number(e.absmax) + " (max " + text::number(e.format_max) + ")";
+  if (e.growth_binades_per_step > 0) s += fmt::format(", x{:.3g}/step", std::exp2(e.growth_binades_per_step));
+  if (e.projected_overflow_step)
+    s += ", overflow ~step " + text::number(static_cast<double>(*e.projected_overflow_step));
+  lines.push_back(std::move(s));
+}
+
+void grad_underflow_line(const GradUnderflowEvidence& e, std::vector<std::string>& lines) {
   std::string s;
-  if (detail::ev_num(it, "share_lost", &share))
-    s = fmt::format("{:.3g}% of gradient values underflow/subnormal in {}", 100 * share, detail::ev_str(it, "format"));
-  if (detail::ev_num(it, "suggested_scale", &scale)) s += ", suggested loss scale " + text::number(scale);
+  if (std::isfinite(e.share_lost))
+    s = fmt::format("{:.3g}% of gradient values underflow/subnormal in {}", 100 * e.share_lost, e.format);
+  if (std::isfinite(e.suggested_scale)) s += ", suggested loss scale " + text::number(e.suggested_scale);
   lines.push_back(std::move(s));
 }
 
-void loss_scale_line(const json& it, std::vector<std::string>& lines) {
-  if (!it.is_object()) return;
-  double skipped = 0, updates = 0, final_scale = 0;
-  if (detail::ev_num(it, "skipped_steps", &skipped) && detail::ev_num(it, "updates", &updates) &&
-      detail::ev_num(it, "final_scale", &final_scale))
-    lines.push_back(fmt::format("{} of {} steps skipped, final scale {}", text::number(skipped),
-                                text::number(updates), text::number(final_scale)));
+void loss_scale_line(const LossScaleEvidence& e, std::vector<std::string>& lines) {
+  lines.push_back(fmt::format("{} of {} steps skipped, final scale {}", text::number(static_cast<double>(e.skipped_steps)),
+                              text::number(static_cast<double>(e.updates)), text::number(e.final_scale)));
 }
 
 }  // namespace
 
 const std::vector<Rule>& rules() {
   static const std::vector<Rule> all{
-      {"origin", origin_rule, "first_nonfinite", origin_line},
-      {"lowp_op", lowp_op_rule, "ops", lowp_op_line},
-      {"precision_loss", precision_loss_rule, "shadow", op_range_line},
-      {"headroom", headroom_rule, "headroom", op_range_line},
-      {"grad_underflow", grad_underflow_rule, "gradients", grad_underflow_line},
-      {"loss_scale", loss_scale_rule, "loss_scale", loss_scale_line},
-      {"cast_loss", cast_loss_rule, "cast_loss", cast_loss_line},
-      {"degenerate_output", degenerate_output_rule, "degenerate", degenerate_output_line},
-      {"stale_updates", stale_updates_rule, "stale_updates", stale_updates_line},
+      {"origin", origin_rule, lines_of<OriginEvidence, origin_line>},
+      {"lowp_op", lowp_op_rule, lines_of<NonfiniteOpEvidence, nonfinite_op_line>},
+      {"precision_loss", precision_loss_rule, lines_of<ShadowEvidence, shadow_line>},
+      {"headroom", headroom_rule, lines_of<HeadroomEvidence, headroom_line>},
+      {"grad_underflow", grad_underflow_rule, lines_of<GradUnderflowEvidence, grad_underflow_line>},
+      {"loss_scale", loss_scale_rule, lines_of<LossScaleEvidence, loss_scale_line>},
+      {"cast_loss", cast_loss_rule, lines_of<CastLossEvidence, cast_loss_line>},
+      {"degenerate_output", degenerate_output_rule, lines_of<DegenerateEvidence, degenerate_output_line>},
+      {"stale_updates", stale_updates_rule, lines_of<StaleUpdateEvidence, stale_updates_line>},
   };
   return all;
 }
 
 std::string key_evidence(const Recommendation& rec) {
-  if (!rec.evidence.is_object()) return "";
   std::vector<std::string> lines;
-  for (const Rule& rule : rules()) {
-    auto it = rec.evidence.find(rule.evidence_key);
-    if (it != rec.evidence.end() && (it->is_object() || it->is_array())) rule.one_line(*it, lines);
-  }
+  for (const Rule& rule : rules()) rule.one_line(rec.evidence, lines);
   std::string out;
   for (const std::string& l : lines) out += (out.empty() ? "" : "; ") + l;
   return out;

@@ -1,6 +1,7 @@
 // What the rules of the recommendation engine share (internal to reports/src).
 #pragma once
 
+#include <ampscope/reports/evidence.h>
 #include <ampscope/reports/report.h>
 
 #include <nlohmann/json.hpp>
@@ -20,32 +21,19 @@ struct Finding {
 
 using Findings = std::vector<Finding>;
 
-namespace detail {
-/// A double for evidence: null when not finite.
-nlohmann::json num(double v);
-
-/// Evidence field `k` of `o` when it is a number.
-inline bool ev_num(const nlohmann::json& o, const char* k, double* v) {
-  auto it = o.find(k);
-  if (it == o.end() || !it->is_number()) return false;
-  *v = it->get<double>();
-  return true;
-}
-/// Evidence field `k` of `o` when it is a string, else "".
-inline std::string ev_str(const nlohmann::json& o, const char* k) {
-  auto it = o.find(k);
-  return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-}  // namespace detail
-
 /// One rule of the recommendation engine: what it looks for (run) and how the summary says
-/// what it found in one line (one_line, given its part of a recommendation's evidence).
+/// what it found in one line (one_line, given a recommendation's evidence: lines_of()).
 struct Rule {
   const char* id;
   void (*run)(const Report& r, Findings& out);
-  const char* evidence_key;  ///< the key its findings' evidence goes under
   void (*one_line)(const nlohmann::json& evidence, std::vector<std::string>& lines);
 };
+
+/// A rule's one_line: `line` for each item of its evidence type Ev.
+template <typename Ev, void (*line)(const Ev&, std::vector<std::string>&)>
+void lines_of(const nlohmann::json& evidence, std::vector<std::string>& lines) {
+  for (const Ev& ev : evidence_of<Ev>(evidence)) line(ev, lines);
+}
 
 /// Every rule, in the order the engine runs them (recommend.cpp).
 const std::vector<Rule>& rules();
@@ -56,12 +44,12 @@ std::string key_evidence(const Recommendation& rec);
 // Silent precision loss (recommend_silent.cpp).
 /// Narrowing casts that turned a material share of finite values into 0 or inf.
 void cast_loss_rule(const Report& r, Findings& out);
-void cast_loss_line(const nlohmann::json& ev, std::vector<std::string>& lines);
+void cast_loss_line(const CastLossEvidence& ev, std::vector<std::string>& lines);
 /// Low-precision ops whose output was (almost) all zeros where float32 was not.
 void degenerate_output_rule(const Report& r, Findings& out);
-void degenerate_output_line(const nlohmann::json& ev, std::vector<std::string>& lines);
+void degenerate_output_line(const DegenerateEvidence& ev, std::vector<std::string>& lines);
 /// float16/bfloat16 parameters whose updates rounding swallowed.
 void stale_updates_rule(const Report& r, Findings& out);
-void stale_updates_line(const nlohmann::json& ev, std::vector<std::string>& lines);
+void stale_updates_line(const StaleUpdateEvidence& ev, std::vector<std::string>& lines);
 
 }  // namespace ampscope::reports

@@ -19,6 +19,7 @@
 #include <ampscope/reports/recommend.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "dtypes.h"
 #include "recommend_rules.h"
@@ -27,30 +28,28 @@
 namespace ampscope::reports {
 namespace {
 
-using json = nlohmann::json;
-using detail::num;
 
 double share(std::int64_t part, std::int64_t whole) {
   return whole > 0 ? static_cast<double>(part) / static_cast<double>(whole) : 0.0;
 }
 
-json cast_evidence(const OpRecord& op, const CastLossRecord& c) {
-  json ev = json::object();
-  ev["op"] = op.op;
-  ev["argument"] = c.argument;
-  ev["cast"] = c.arg_index < 0 ? "model" : "autocast";
-  ev["parameter"] = c.parameter;
-  ev["source_dtype"] = c.source_dtype;
-  ev["target_dtype"] = c.target_dtype;
-  ev["values"] = c.values;
-  ev["underflow"] = c.underflow;
-  ev["overflow"] = c.overflow;
-  ev["subnormal"] = c.subnormal;
-  ev["share_lost"] = num(share(c.underflow + c.overflow, c.nonzero));
-  ev["lost_rel_l2"] = num(c.lost_rel_l2());
-  ev["worst_rel_l2"] = num(c.worst_rel_l2);
-  ev["first_step"] = c.first_step;
-  ev["worst_step"] = c.worst_step;
+CastLossEvidence cast_evidence(const OpRecord& op, const CastLossRecord& c) {
+  CastLossEvidence ev;
+  ev.op = op.op;
+  ev.argument = c.argument;
+  ev.cast = c.arg_index < 0 ? "model" : "autocast";
+  ev.parameter = c.parameter;
+  ev.source_dtype = c.source_dtype;
+  ev.target_dtype = c.target_dtype;
+  ev.values = c.values;
+  ev.underflow = c.underflow;
+  ev.overflow = c.overflow;
+  ev.subnormal = c.subnormal;
+  ev.share_lost = share(c.underflow + c.overflow, c.nonzero);
+  ev.lost_rel_l2 = c.lost_rel_l2();
+  ev.worst_rel_l2 = c.worst_rel_l2;
+  ev.first_step = c.first_step;
+  ev.worst_step = c.worst_step;
   return ev;
 }
 
@@ -72,7 +71,7 @@ std::optional<Finding> cast_finding(const Layer& layer, const OpRecord& op,
   f.severity = overflow || l2 >= kCastLossHighShare ? Severity::kHigh : Severity::kMedium;
   if (underflow) f.reasons.push_back("cast_underflow_" + fmt);
   if (overflow) f.reasons.push_back("cast_overflow_" + fmt);
-  f.evidence["cast_loss"] = json::array({cast_evidence(op, c)});
+  add_evidence(f.evidence, cast_evidence(op, c));
   return f;
 }
 
@@ -88,15 +87,11 @@ void cast_loss_rule(const Report& r, Findings& out) {
   }
 }
 
-void cast_loss_line(const nlohmann::json& ev, std::vector<std::string>& lines) {
-  for (const auto& c : ev) {
-    double lost = 0, l2 = 0;
-    std::string s = detail::ev_str(c, "op") + " " + detail::ev_str(c, "cast") + " cast of " +
-                    detail::ev_str(c, "argument") + " to " + detail::ev_str(c, "target_dtype");
-    if (detail::ev_num(c, "share_lost", &lost)) s += fmt::format(": {:.3g}% of nonzero values lost", 100 * lost);
-    if (detail::ev_num(c, "lost_rel_l2", &l2)) s += fmt::format(" ({:.3g}% of its norm)", 100 * l2);
-    lines.push_back(std::move(s));
-  }
+void cast_loss_line(const CastLossEvidence& c, std::vector<std::string>& lines) {
+  std::string s = c.op + " " + c.cast + " cast of " + c.argument + " to " + c.target_dtype;
+  if (std::isfinite(c.share_lost)) s += fmt::format(": {:.3g}% of nonzero values lost", 100 * c.share_lost);
+  if (std::isfinite(c.lost_rel_l2)) s += fmt::format(" ({:.3g}% of its norm)", 100 * c.lost_rel_l2);
+  lines.push_back(std::move(s));
 }
 
 void degenerate_output_rule(const Report& r, Findings& out) {
@@ -104,35 +99,32 @@ void degenerate_output_rule(const Report& r, Findings& out) {
     for (const OpRecord& op : layer.ops) {
       if (!op.degenerate || op.degenerate->degenerate == 0) continue;
       const DegenerateRecord& d = *op.degenerate;
-      json ev = json::object();
-      ev["op"] = op.op;
-      ev["compute_dtype"] = op.compute_dtype;
-      ev["zero_outputs"] = d.zero_outputs;
-      ev["checked"] = d.checked;
-      ev["degenerate"] = d.degenerate;
-      ev["nonzero_share"] = num(d.min_nonzero_share);
-      ev["max_rel_err"] = num(d.max_rel_err);
-      ev["fp32_absmax"] = num(d.fp32_absmax);
-      ev["first_step"] = d.first_step;
+      DegenerateEvidence ev;
+      ev.op = op.op;
+      ev.compute_dtype = op.compute_dtype;
+      ev.zero_outputs = d.zero_outputs;
+      ev.checked = d.checked;
+      ev.degenerate = d.degenerate;
+      ev.nonzero_share = d.min_nonzero_share;
+      ev.max_rel_err = d.max_rel_err;
+      ev.fp32_absmax = d.fp32_absmax;
+      ev.first_step = d.first_step;
       Finding f;
       f.layer = layer.name;
       f.action = Action::kPinFp32;
       f.severity = Severity::kHigh;
       f.reasons = {"degenerate_output_" + dtypes::bare(op.compute_dtype)};
-      f.evidence["degenerate"] = json::array({std::move(ev)});
+      add_evidence(f.evidence, ev);
       out.push_back(std::move(f));
     }
   }
 }
 
-void degenerate_output_line(const nlohmann::json& ev, std::vector<std::string>& lines) {
-  for (const auto& d : ev) {
-    double n = 0, err = 0;
-    std::string s = detail::ev_str(d, "op") + " in " + detail::ev_str(d, "compute_dtype") + ": output all zeros";
-    if (detail::ev_num(d, "degenerate", &n)) s += " in " + text::number(n) + " re-checked calls";
-    if (detail::ev_num(d, "max_rel_err", &err)) s += fmt::format(", float32 differs by {:.3g}", err);
-    lines.push_back(std::move(s));
-  }
+void degenerate_output_line(const DegenerateEvidence& d, std::vector<std::string>& lines) {
+  std::string s = d.op + " in " + d.compute_dtype + ": output all zeros in " +
+                  text::number(static_cast<double>(d.degenerate)) + " re-checked calls";
+  if (std::isfinite(d.max_rel_err)) s += fmt::format(", float32 differs by {:.3g}", d.max_rel_err);
+  lines.push_back(std::move(s));
 }
 
 void stale_updates_rule(const Report& r, Findings& out) {
@@ -141,36 +133,33 @@ void stale_updates_rule(const Report& r, Findings& out) {
       for (const StaleUpdateRecord& s : p.stale_updates) {
         const double sh = share(s.stale, s.updated);
         if (s.updated == 0 || sh < kStaleUpdateShare) continue;
-        json ev = json::object();
-        ev["param"] = p.name;
-        ev["tensor"] = s.tensor;
-        ev["dtype"] = s.dtype;
-        ev["steps"] = s.steps;
-        ev["updated"] = s.updated;
-        ev["stale"] = s.stale;
-        ev["share_stale"] = num(sh);
-        ev["worst_step"] = s.worst_step;
-        ev["worst_share"] = num(s.worst_share);
+        StaleUpdateEvidence ev;
+        ev.param = p.name;
+        ev.tensor = s.tensor;
+        ev.dtype = s.dtype;
+        ev.steps = s.steps;
+        ev.updated = s.updated;
+        ev.stale = s.stale;
+        ev.share_stale = sh;
+        ev.worst_step = s.worst_step;
+        ev.worst_share = s.worst_share;
         Finding f;
         f.layer = layer.name;
         f.action = Action::kFp32MasterWeights;
         f.severity = sh >= kStaleUpdateHighShare ? Severity::kHigh : Severity::kMedium;
         f.reasons = {"stale_updates_" + dtypes::bare(s.dtype)};
-        f.evidence["stale_updates"] = json::array({std::move(ev)});
+        add_evidence(f.evidence, ev);
         out.push_back(std::move(f));
       }
     }
   }
 }
 
-void stale_updates_line(const nlohmann::json& ev, std::vector<std::string>& lines) {
-  for (const auto& u : ev) {
-    double sh = 0;
-    std::string s = detail::ev_str(u, "param");
-    if (detail::ev_num(u, "share_stale", &sh))
-      s += fmt::format(": {:.3g}% of due updates rounded away in {}", 100 * sh, detail::ev_str(u, "dtype"));
-    lines.push_back(std::move(s));
-  }
+void stale_updates_line(const StaleUpdateEvidence& u, std::vector<std::string>& lines) {
+  std::string s = u.param;
+  if (std::isfinite(u.share_stale))
+    s += fmt::format(": {:.3g}% of due updates rounded away in {}", 100 * u.share_stale, u.dtype);
+  lines.push_back(std::move(s));
 }
 
 }  // namespace ampscope::reports

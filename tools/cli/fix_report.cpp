@@ -3,9 +3,11 @@
 #include "fix_report.h"
 
 #include <ampscope/reports/diff.h>
+#include <ampscope/reports/evidence.h>
 #include <fmt/core.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace ampscope::cli::fix {
 
@@ -28,19 +30,15 @@ std::string nonfinite_text(const reports::NonFiniteEvent& e) {
 
 /// "aten::linear at step 2 (inf, float32 absmax 65536)" from a recommendation's evidence.
 std::string evidence_text(const reports::Recommendation& rec) {
-  const auto& ev = rec.evidence;
-  if (ev.contains("first_nonfinite") && ev["first_nonfinite"].is_object()) {
-    const auto& f = ev["first_nonfinite"];
-    std::string s = fmt::format("{} at step {} ({}", f.value("op", "?"), f.value("step", -1),
-                                f.value("kind", "?"));
-    if (f.contains("fp32_check") && f["fp32_check"].is_object() &&
-        f["fp32_check"].contains("fp32_absmax") && f["fp32_check"]["fp32_absmax"].is_number())
-      s += fmt::format(", float32 absmax {:g}", f["fp32_check"]["fp32_absmax"].get<double>());
+  if (const auto origin = reports::evidence_of<reports::OriginEvidence>(rec.evidence); !origin.empty()) {
+    const reports::OriginEvidence& f = origin[0];
+    std::string s = fmt::format("{} at step {} ({}", f.op, f.step, f.kind);
+    if (f.fp32_check && std::isfinite(f.fp32_check->fp32_absmax))
+      s += fmt::format(", float32 absmax {:g}", f.fp32_check->fp32_absmax);
     return s + ")";
   }
-  if (ev.contains("ops") && ev["ops"].is_array() && !ev["ops"].empty() && ev["ops"][0].is_object())
-    return fmt::format("{} from step {}", ev["ops"][0].value("op", "?"),
-                       ev["ops"][0].value("first_step", -1));
+  if (const auto ops = reports::evidence_of<reports::NonfiniteOpEvidence>(rec.evidence); !ops.empty())
+    return fmt::format("{} from step {}", ops[0].op, ops[0].first_step);
   return "";
 }
 
