@@ -44,6 +44,7 @@ struct Options {
   std::vector<int> rss_steps = {50, 2000};
   std::string parts = "bcd";  ///< which of (b), (c), (d) to run
   int threads = 0;            ///< torch intra-op threads (0: torch's default)
+  int only_every = -1;        ///< (b) with one mode only, for a profiler: 0 off, 1 full, N every-N
   std::string json;
   int child_steps = 0;     ///< internal: run the RSS child
   std::string child_out;
@@ -62,7 +63,9 @@ void usage(const char* argv0) {
       "  (d) peak RSS and report size after each --rss-steps count (fresh child process each,\n"
       "      a small model so that 2,000 steps stay quick).\n"
       "  --parts    which of b, c, d to run (default bcd)\n"
-      "  --threads  torch intra-op threads (default: torch's; 1 is steadier on a busy machine)\n",
+      "  --threads  torch intra-op threads (default: torch's; 1 is steadier on a busy machine)\n"
+      "  --only-every N  (b) in one mode only, no ratios: 0 off, 1 full, N every-N (to run\n"
+      "             under perf: `perf record -g ... --parts b --only-every 10`)\n",
       argv0);
 }
 
@@ -98,10 +101,12 @@ Options parse(int argc, char** argv) {
     else if (a == "--parts") o.parts = value();
     else if (a == "--threads") o.threads = std::stoi(value());
     else if (a == "--json") o.json = value();
+    else if (a == "--only-every") o.only_every = std::stoi(value());
     else if (a == "--child-steps") o.child_steps = std::stoi(value());
     else if (a == "--child-out") o.child_out = value();
     else throw std::runtime_error("unknown option " + a);
   }
+  if (o.only_every < -1) throw std::runtime_error("--only-every must be >= 0");
   if (o.rounds < 1 || o.block < 1) throw std::runtime_error("--rounds and --block must be >= 1");
   return o;
 }
@@ -142,6 +147,13 @@ Overhead step_overhead(const Options& o) {
   for (int i = 0; i < o.warmup; ++i) trainer.step(nullptr);
   timed_block(trainer, 2, 1);  // warm the observer's caches once
   std::map<int, std::vector<double>> per_mode;
+  if (o.only_every >= 0) {  // one mode, for a profiler
+    for (int r = 0; r < o.rounds; ++r)
+      per_mode[0].push_back(timed_block(trainer, std::max(o.block, o.only_every), o.only_every));
+    std::printf("(b) only every=%d: %.2f ms/step (median of %d blocks)\n", o.only_every,
+                median(per_mode[0]) * 1e3, o.rounds);
+    std::exit(0);
+  }
   const int modes[] = {0, 1, 10};
   for (int r = 0; r < o.rounds; ++r) {
     for (int k = 0; k < 3; ++k) {
