@@ -84,6 +84,58 @@ TEST(Merge, KeepsEveryRanksFirstNonFiniteAndTheEarliest) {
   EXPECT_EQ(back.first_nonfinite->rank, 1);
 }
 
+TEST(Merge, CastLossAndDegenerateOutputsMergeLikeTheObserversThreads) {
+  Report r0 = rank_report(0, 2, 4.0, std::nullopt), r1 = rank_report(1, 3, 8.0, std::nullopt);
+  auto cast = [](std::int64_t underflow, std::int64_t first, std::int64_t worst, double worst_l2, bool param) {
+    CastLossRecord c;
+    c.argument = "weight";
+    c.arg_index = 1;
+    c.parameter = param;
+    c.source_dtype = "float32";
+    c.target_dtype = "float16";
+    c.casts = 2;
+    c.values = 100;
+    c.nonzero = 90;
+    c.underflow = underflow;
+    c.source_sq = 4.0;
+    c.lost_sq = 1.0;
+    c.first_step = first;
+    c.worst_step = worst;
+    c.worst_rel_l2 = worst_l2;
+    return c;
+  };
+  r0.layers[0].ops[0].cast_loss = {cast(5, 3, 4, 0.25, false)};
+  r1.layers[0].ops[0].cast_loss = {cast(7, 1, 6, 0.5, true)};
+  CastLossRecord other = cast(1, 2, 2, 0.1, false);
+  other.target_dtype = "bfloat16";  // another cast of the same argument: its own record
+  r1.layers[0].ops[0].cast_loss.push_back(other);
+  r0.layers[0].ops[0].degenerate = DegenerateRecord{2, 2, 1, 5, 0.005, 0.75, 3.0};
+  r1.layers[0].ops[0].degenerate = DegenerateRecord{4, 3, 2, 2, 0.002, 0.6, 9.0};
+  const Report m = merge_reports({r0, r1});
+  const OpRecord& op = m.layers[0].ops.at(0);
+  ASSERT_EQ(op.cast_loss.size(), 2u);
+  const CastLossRecord& c = op.cast_loss[0];
+  EXPECT_EQ(c.target_dtype, "float16");
+  EXPECT_EQ(c.casts, 4);
+  EXPECT_EQ(c.values, 200);
+  EXPECT_EQ(c.underflow, 12);
+  EXPECT_DOUBLE_EQ(c.lost_rel_l2(), 0.5);  // sqrt(2 / 8)
+  EXPECT_EQ(c.first_step, 1);              // the earlier of 3 and 1
+  EXPECT_EQ(c.worst_step, 6);              // the cast that lost more of its norm
+  EXPECT_DOUBLE_EQ(c.worst_rel_l2, 0.5);
+  EXPECT_TRUE(c.parameter);
+  EXPECT_EQ(op.cast_loss[1].target_dtype, "bfloat16");
+  EXPECT_EQ(op.cast_loss[1].underflow, 1);
+  ASSERT_TRUE(op.degenerate.has_value());
+  EXPECT_EQ(op.degenerate->zero_outputs, 6);
+  EXPECT_EQ(op.degenerate->checked, 5);
+  EXPECT_EQ(op.degenerate->degenerate, 3);
+  EXPECT_EQ(op.degenerate->first_step, 2);
+  EXPECT_DOUBLE_EQ(op.degenerate->min_nonzero_share, 0.002);
+  EXPECT_DOUBLE_EQ(op.degenerate->max_rel_err, 0.75);
+  EXPECT_DOUBLE_EQ(op.degenerate->fp32_absmax, 9.0);
+}
+
 TEST(Merge, RejectsDuplicateRanksAndNothing) {
   EXPECT_THROW(merge_reports({}), std::invalid_argument);
   EXPECT_THROW(merge_reports({rank_report(0, 1, 1, std::nullopt), rank_report(0, 1, 1, std::nullopt)}),

@@ -55,22 +55,12 @@ reports::NonFiniteEvent to_event(const NonFiniteRecord& f, const std::vector<Lay
 
 reports::CastLossRecord to_cast_loss(const CastLossCounts& c) {
   reports::CastLossRecord r;
+  static_cast<CastLossTally&>(r) = c;
   r.argument = c.argument;
   r.arg_index = c.arg_index;
   r.parameter = c.parameter;
   r.source_dtype = dtype_name(c.source_dtype);
   r.target_dtype = dtype_name(c.target_dtype);
-  r.casts = c.casts;
-  r.values = c.values;
-  r.nonzero = c.nonzero;
-  r.underflow = c.underflow;
-  r.overflow = c.overflow;
-  r.subnormal = c.subnormal;
-  r.source_sq = c.source_sq;
-  r.lost_sq = c.lost_sq;
-  r.first_step = c.first_step;
-  r.worst_step = c.worst_step;
-  r.worst_rel_l2 = c.worst_rel_l2;
   return r;
 }
 
@@ -80,9 +70,7 @@ void add_silent_loss(const SilentLossEntry& e, reports::OpRecord& r) {
     if (c.underflow + c.overflow + c.subnormal > 0) r.cast_loss.push_back(to_cast_loss(c));
   const DegenerateCounts& d = e.degenerate;
   if (d.zero_outputs > 0) {
-    r.degenerate =
-        reports::DegenerateRecord{d.zero_outputs,      d.checked,     d.degenerate, d.first_step,
-                                  d.min_nonzero_share, d.max_rel_err, d.fp32_absmax};
+    r.degenerate = d;
   }
 }
 

@@ -46,11 +46,9 @@ void apply_run_overrides(reports::Report& r, const std::string& run_json) {
 std::unique_ptr<Session> g_session;
 
 Phase parse_phase(const std::string& p) {
-  if (p == "optimizer") return Phase::kOptimizer;
-  if (p == "backward") return Phase::kBackward;
-  if (p == "setup") return Phase::kSetup;
-  if (p == "between") return Phase::kBetween;
-  return Phase::kForward;
+  Phase phase = Phase::kForward;  // (an unknown name: forward)
+  from_name(p, &phase);
+  return phase;
 }
 
 /// A list of patterns from the options JSON (absent or not a list of strings: none).
@@ -133,7 +131,6 @@ void name_param(const at::Tensor& param, std::string layer, std::string type) {
 }
 void push_phase(std::string phase) { Observer::push_phase(parse_phase(phase)); }
 void pop_phase() { Observer::pop_phase(); }
-void mark_step() { Observer::mark_step(); }
 bool nonfinite_seen() { return Observer::nonfinite_seen(); }
 
 /// The session's report with the Python side's run fields applied, recommendations recomputed

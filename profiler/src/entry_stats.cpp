@@ -1,7 +1,10 @@
-// EntryStats: the one merge of aggregated op entries (observer threads, snapshots, ranks).
+// EntryStats: the one merge of aggregated op entries (observer threads, snapshots, ranks), and
+// that of their silent-loss tallies (loss_counts.h).
 #include <ampscope/profiler/entry_stats.h>
+#include <ampscope/profiler/loss_counts.h>
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 #include <string>
 
@@ -99,6 +102,37 @@ void EntryStats::merge(const EntryStats& o) {
   add_count(time_ns, o.kernels.time_ns, "kernels.time_ns");
   kernels.merge(o.kernels);
   merge_series(absmax_by_step, o.absmax_by_step);
+}
+
+double CastLossTally::lost_rel_l2() const {
+  if (!(source_sq > 0.0)) return underflow > 0 ? 1.0 : 0.0;
+  return std::min(1.0, std::sqrt(lost_sq / source_sq));
+}
+
+void CastLossTally::add(const CastLossTally& o) {
+  first_step = earliest_step(first_step, o.first_step);
+  if (o.worst_step >= 0 && (worst_step < 0 || o.worst_rel_l2 > worst_rel_l2)) {
+    worst_rel_l2 = o.worst_rel_l2;
+    worst_step = o.worst_step;
+  }
+  casts += o.casts;
+  values += o.values;
+  nonzero += o.nonzero;
+  underflow += o.underflow;
+  overflow += o.overflow;
+  subnormal += o.subnormal;
+  source_sq += o.source_sq;
+  lost_sq += o.lost_sq;
+}
+
+void DegenerateCounts::add(const DegenerateCounts& o) {
+  first_step = earliest_step(first_step, o.first_step);
+  zero_outputs += o.zero_outputs;
+  checked += o.checked;
+  degenerate += o.degenerate;
+  min_nonzero_share = std::min(min_nonzero_share, o.min_nonzero_share);
+  max_rel_err = std::max(max_rel_err, o.max_rel_err);
+  fp32_absmax = std::max(fp32_absmax, o.fp32_absmax);
 }
 
 }  // namespace ampscope

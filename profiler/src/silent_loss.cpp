@@ -20,32 +20,6 @@
 
 namespace ampscope {
 
-void CastLossCounts::add(const CastLossCounts& o) {
-  if (o.first_step >= 0 && (first_step < 0 || o.first_step < first_step)) first_step = o.first_step;
-  if (o.worst_step >= 0 && (worst_step < 0 || o.worst_rel_l2 > worst_rel_l2)) {
-    worst_rel_l2 = o.worst_rel_l2;
-    worst_step = o.worst_step;
-  }
-  casts += o.casts;
-  values += o.values;
-  nonzero += o.nonzero;
-  underflow += o.underflow;
-  overflow += o.overflow;
-  subnormal += o.subnormal;
-  source_sq += o.source_sq;
-  lost_sq += o.lost_sq;
-}
-
-void DegenerateCounts::add(const DegenerateCounts& o) {
-  if (o.first_step >= 0 && (first_step < 0 || o.first_step < first_step)) first_step = o.first_step;
-  zero_outputs += o.zero_outputs;
-  checked += o.checked;
-  degenerate += o.degenerate;
-  min_nonzero_share = std::min(min_nonzero_share, o.min_nonzero_share);
-  max_rel_err = std::max(max_rel_err, o.max_rel_err);
-  fp32_absmax = std::max(fp32_absmax, o.fp32_absmax);
-}
-
 namespace detail {
 namespace {
 

@@ -13,38 +13,6 @@
 
 namespace ampscope::reports {
 
-double CastLossRecord::lost_rel_l2() const {
-  if (!(source_sq > 0.0)) return underflow > 0 ? 1.0 : 0.0;
-  return std::min(1.0, std::sqrt(lost_sq / source_sq));
-}
-
-void CastLossRecord::add(const CastLossRecord& o) {
-  first_step = earliest_step(first_step, o.first_step);
-  if (o.worst_rel_l2 > worst_rel_l2 || worst_step < 0) {
-    worst_rel_l2 = o.worst_rel_l2;
-    worst_step = o.worst_step;
-  }
-  casts += o.casts;
-  values += o.values;
-  nonzero += o.nonzero;
-  underflow += o.underflow;
-  overflow += o.overflow;
-  subnormal += o.subnormal;
-  source_sq += o.source_sq;
-  lost_sq += o.lost_sq;
-  parameter = parameter || o.parameter;
-}
-
-void DegenerateRecord::add(const DegenerateRecord& o) {
-  first_step = earliest_step(first_step, o.first_step);
-  zero_outputs += o.zero_outputs;
-  checked += o.checked;
-  degenerate += o.degenerate;
-  min_nonzero_share = std::min(min_nonzero_share, o.min_nonzero_share);
-  max_rel_err = std::max(max_rel_err, o.max_rel_err);
-  fp32_absmax = std::max(fp32_absmax, o.fp32_absmax);
-}
-
 void StaleUpdateRecord::add(const StaleUpdateRecord& o) {
   if (o.worst_share > worst_share || worst_step < 0) {
     worst_share = o.worst_share;

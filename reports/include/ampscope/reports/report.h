@@ -6,6 +6,7 @@
 #include <ampscope/profiler/entry_stats.h>
 #include <ampscope/profiler/fp32_check.h>
 #include <ampscope/profiler/kernel_trace.h>
+#include <ampscope/profiler/loss_counts.h>
 #include <ampscope/profiler/named_enum.h>
 #include <ampscope/profiler/phases.h>
 #include <ampscope/profiler/stats.h>
@@ -25,49 +26,30 @@ inline constexpr const char* kPrecisionMapSchema = "ampscope.precision_map/1";
 /// Layer name for ops that ran outside every attached module.
 inline constexpr const char* kOutsideLayer = "<outside>";
 
-/// Values that narrowing casts of one argument of an op destroyed (JSON "cast_loss"), counted
-/// on the casts' sources as torch rounds them; recorded steps only, a parameter once per step.
-struct CastLossRecord {
+/// Values that narrowing casts of one argument of an op destroyed (JSON "cast_loss"): which
+/// argument and cast, and the tally (counted on the casts' sources as torch rounds them;
+/// recorded steps only, a parameter once per step).
+struct CastLossRecord : CastLossTally {
   std::string argument;       ///< schema name ("input", "weight", "bias", "self", ...)
   int arg_index = -1;         ///< its position in the op's schema; -1: the op is the cast itself
   bool parameter = false;     ///< the source was a parameter
   std::string source_dtype;   ///< e.g. "float32"
   std::string target_dtype;   ///< e.g. "float16"
-  std::int64_t casts = 0;
-  std::int64_t values = 0;    ///< source elements
-  std::int64_t nonzero = 0;   ///< nonzero finite source values
-  std::int64_t underflow = 0; ///< became 0
-  std::int64_t overflow = 0;  ///< became +-inf
-  std::int64_t subnormal = 0; ///< became subnormal
-  double source_sq = 0.0;     ///< sum of the squared finite source values
-  double lost_sq = 0.0;       ///< upper bound of the sum of squares of the values that became 0
-  std::int64_t first_step = -1;  ///< first step with a lost value
-  std::int64_t worst_step = -1;
-  double worst_rel_l2 = 0.0;  ///< largest lost relative L2 norm (bound) of one cast
-  /// Upper bound of the relative L2 norm the underflow took away (0..1).
-  double lost_rel_l2() const;
   /// Whether `o` counts the same argument and cast (then add() merges them).
   bool same_cast(const CastLossRecord& o) const {
     return argument == o.argument && arg_index == o.arg_index && source_dtype == o.source_dtype &&
            target_dtype == o.target_dtype;
   }
   /// Adds the record of the same cast on another rank.
-  void add(const CastLossRecord& o);
+  void add(const CastLossRecord& o) {
+    CastLossTally::add(o);
+    parameter = parameter || o.parameter;
+  }
 };
 
 /// Low-precision calls whose output was (almost) all zeros (JSON "degenerate_output"), re-run
 /// in float32 (the first few): degenerate when the float32 result was not.
-struct DegenerateRecord {
-  std::int64_t zero_outputs = 0;
-  std::int64_t checked = 0;
-  std::int64_t degenerate = 0;
-  std::int64_t first_step = -1;
-  double min_nonzero_share = 1.0;  ///< lowest nonzero share of a degenerate output
-  double max_rel_err = 0.0;        ///< worst relative L2 error against the float32 re-run
-  double fp32_absmax = 0.0;        ///< largest |value| the float32 re-runs produced
-  /// Adds the record of the same entry on another rank.
-  void add(const DegenerateRecord& o);
-};
+using DegenerateRecord = DegenerateCounts;
 
 /// Updates of a float16/bfloat16 parameter (or of its optimizer state) lost to rounding.
 struct StaleUpdateRecord {
