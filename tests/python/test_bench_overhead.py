@@ -1,8 +1,9 @@
 """tools/bench/python_overhead.py: its errors and one tiny run (not its figures: those are
 measurements, recorded in the README)."""
 import json
+import subprocess
 
-from conftest import ROOT
+from conftest import BUILD, ROOT
 
 BENCH = ROOT / "tools" / "bench" / "python_overhead.py"
 
@@ -32,3 +33,14 @@ def test_tiny_run_prints_and_writes_consistent_ratios(run_py, tmp_path):
         assert abs(ratio[name] - v / med["off"]) < 1e-9
     assert ratio["off"] == 1.0
     assert j["cpu"] and j["isa"] and j["breakdown_s_per_step"] is None  # not every mode ran
+
+
+def test_cpp_bench_bad_numbers_are_one_line_errors():
+    exe = BUILD / "bin" / "ampscope-bench-overhead"
+    for args, says in [(["--rounds", "3x"], '--rounds needs an integer, got "3x"'),
+                       (["--rss-steps", "50,a"], "--rss-steps needs an integer"),
+                       (["--only-every", "-2"], "--only-every must be >= 0")]:
+        r = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=60)
+        assert r.returncode != 0, args
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and says in lines[0], r.stderr

@@ -69,13 +69,26 @@ void usage(const char* argv0) {
       argv0);
 }
 
+/// `s` as a whole integer; `what` names it in the error.
+long long to_int(const std::string& s, const std::string& what) {
+  std::size_t used = 0;
+  long long v = 0;
+  try {
+    v = std::stoll(s, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != s.size()) throw std::runtime_error(what + " needs an integer, got \"" + s + "\"");
+  return v;
+}
+
 std::vector<int> split_ints(const std::string& s) {
   std::vector<int> out;
   std::size_t p = 0;
   while (p < s.size()) {
     auto q = s.find(',', p);
     if (q == std::string::npos) q = s.size();
-    out.push_back(std::stoi(s.substr(p, q - p)));
+    out.push_back(static_cast<int>(to_int(s.substr(p, q - p), "--rss-steps")));
     p = q + 1;
   }
   return out;
@@ -94,15 +107,15 @@ Options parse(int argc, char** argv) {
       std::exit(0);
     } else if (a == "--device") o.device = value();
     else if (a == "--dtype") o.dtype = value();
-    else if (a == "--rounds") o.rounds = std::stoi(value());
-    else if (a == "--block") o.block = std::stoi(value());
-    else if (a == "--tiny-ops") o.tiny_ops = std::stoll(value());
+    else if (a == "--rounds") o.rounds = static_cast<int>(to_int(value(), a));
+    else if (a == "--block") o.block = static_cast<int>(to_int(value(), a));
+    else if (a == "--tiny-ops") o.tiny_ops = to_int(value(), a);
     else if (a == "--rss-steps") o.rss_steps = split_ints(value());
     else if (a == "--parts") o.parts = value();
-    else if (a == "--threads") o.threads = std::stoi(value());
+    else if (a == "--threads") o.threads = static_cast<int>(to_int(value(), a));
     else if (a == "--json") o.json = value();
-    else if (a == "--only-every") o.only_every = std::stoi(value());
-    else if (a == "--child-steps") o.child_steps = std::stoi(value());
+    else if (a == "--only-every") o.only_every = static_cast<int>(to_int(value(), a));
+    else if (a == "--child-steps") o.child_steps = static_cast<int>(to_int(value(), a));
     else if (a == "--child-out") o.child_out = value();
     else throw std::runtime_error("unknown option " + a);
   }
