@@ -35,7 +35,6 @@
 // layer with a pin or fix gets no `watch` on top.
 
 #include <ampscope/reports/recommend.h>
-#include <ampscope/reports/report_json.h>
 
 #include <algorithm>
 #include <cmath>

@@ -134,8 +134,6 @@ ojson to_ojson<Stats>(const Stats& s) {
 
 json stats_to_json(const Stats& s) { return json(to_ojson(s)); }
 
-json fp32_check_to_json(const Fp32Check& c) { return json(to_ojson(c)); }
-
 json report_to_json(const Report& r) { return json(to_ojson(r)); }
 
 // ---------------------------------------------------------------------------------------------

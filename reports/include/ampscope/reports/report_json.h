@@ -23,8 +23,6 @@ class ReportError : public std::runtime_error {
 
 /// The SPEC stats object (mean and rms derived; exp_hist as {"<exp>": count}).
 nlohmann::json stats_to_json(const Stats& s);
-/// A float32 re-check as it appears in report.json (first_nonfinite.fp32_check) and in evidence.
-nlohmann::json fp32_check_to_json(const Fp32Check& c);
 /// Parses a stats object; `where` names it in error messages (e.g. "layers[3].ops[0].stats").
 Stats stats_from_json(const nlohmann::json& j, const std::string& where);
 
