@@ -2,15 +2,20 @@
 //
 // One read of each full block (kBlock elements) from memory, then short passes over L1 data:
 //   1. one pass over the source: max and min of |bits|, the float-group moments, the exponent byte
-//      of every value into a 2 KiB key array and the sum of the keys. 16-bit sources are widened
-//      to float32 bits (exact) into an 8 KiB L1 buffer on the way, so every later step and every
-//      fallback sees float32 bits only.
+//      of every value into a 2 KiB key array and the sum of the keys. float16 is widened to
+//      float32 bits (exact) into an 8 KiB L1 buffer on the way, so its later steps see float32
+//      bits. bfloat16 is float32 with the low half cut off: its ranges, keys and threshold
+//      compares work on the 16-bit lanes directly (32 per vector, no widened copy); only the
+//      moments widen, in registers.
 //   2. the exponent histogram. Narrow blocks (up to kMaxSweepBins binades): a masked byte count
-//      per binade over the keys (64 keys per compare); the lowest binade and the zeros follow from
-//      the count and the key sum. Wider blocks: four scalar tables indexed by key byte, so the
-//      cost stays flat however many binades the block spans.
-//   3. the format counts from the histogram's cumulative counts; a threshold inside a populated
-//      binade (not at its lower edge) adds an exact compare pass (four thresholds per pass).
+//      per binade over the keys (64 keys per compare), from the top down; the last one or two
+//      binades follow from the count and the key sum, or, when few values are left, the scan of
+//      step 3 finds them. Wider blocks: four scalar tables indexed by key byte, so the cost stays
+//      flat however many binades the block spans.
+//   3. the format counts from the histogram's cumulative counts. A threshold inside a populated
+//      binade (not at its lower edge) needs the values of that binade compared: one scan by mask
+//      finds the values of sparse binades and of the binades left by the sweeps (value by value),
+//      and dense binades take a compare pass (four thresholds per pass).
 // Blocks with NaN/inf or float32 subnormals, partial blocks and float64 go to the portable code.
 //
 // Moments: as the AVX2 build, float within groups of 128 values (a pairwise tree per lane, two
@@ -29,6 +34,7 @@
 // GCC 12's AVX-512 headers start some intrinsics from _mm512_undefined_*: a false
 // -Wuninitialized at every use.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
 #define AMP_512_TARGET \
@@ -92,15 +98,6 @@ struct Load32 {
   static constexpr bool kWidens = false;
   AMP_512 __m512i operator()(int i) const {
     return _mm512_loadu_si512(reinterpret_cast<const void*>(x + i));
-  }
-};
-/// bfloat16: the bits shifted up (exact).
-struct LoadBF16 {
-  const u16* x;
-  static constexpr bool kWidens = true;
-  AMP_512 __m512i operator()(int i) const {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
-    return _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16);
   }
 };
 /// float16: the hardware conversion (exact: subnormals become normal float32, NaN stays NaN).
@@ -190,17 +187,131 @@ AMP_512 Pass1 pass_block(const Load& load, u32* __restrict f32, u8* __restrict k
                hsum_pd(_mm512_add_pd(M.q0, M.q1)), _mm512_reduce_add_epi64(ksum)};
 }
 
+/// Largest and smallest of the 32 unsigned 16-bit lanes of v.
+AMP_512 u32 reduce_max_epu16(__m512i v) {
+  const __m512i lo = _mm512_and_si512(v, _mm512_set1_epi32(0xFFFF));
+  return static_cast<u32>(_mm512_reduce_max_epu32(_mm512_max_epu32(lo, _mm512_srli_epi32(v, 16))));
+}
+AMP_512 u32 reduce_min_epu16(__m512i v) {
+  const __m512i lo = _mm512_and_si512(v, _mm512_set1_epi32(0xFFFF));
+  return static_cast<u32>(_mm512_reduce_min_epu32(_mm512_min_epu32(lo, _mm512_srli_epi32(v, 16))));
+}
+
+/// The first pass over a full bfloat16 block, on its 16-bit lanes: |h| = |x| >> 16, the exponent
+/// byte is |h| >> 7, and a bfloat16 in the high half of a 32-bit lane is the float32 value.
+AMP_512 Pass1 pass_block_bf16(const u16* __restrict x, u8* __restrict key, Prefetch& pf) {
+  const __m512i z = _mm512_setzero_si512(), absm = _mm512_set1_epi16(0x7FFF);
+  const __m512i one = _mm512_set1_epi16(1);
+  __m512i mx = z, mn = _mm512_set1_epi16(-1), ksum = z;
+  Moments M;
+  M.zero();
+  for (int g = 0; g < kBlock; g += 128) {
+    __m512 s = _mm512_setzero_ps(), q = s;
+    for (int i = g; i < g + 128; i += 64) {
+      pf.step();
+      const __m512i x0 = _mm512_loadu_si512(x + i), x1 = _mm512_loadu_si512(x + i + 32);
+      const __m512i a0 = _mm512_and_si512(x0, absm), a1 = _mm512_and_si512(x1, absm);
+      mx = _mm512_max_epu16(mx, _mm512_max_epu16(a0, a1));
+      mn = _mm512_min_epu16(
+          mn, _mm512_min_epu16(_mm512_sub_epi16(a0, one), _mm512_sub_epi16(a1, one)));
+      const __m512i b = _mm512_packus_epi16(_mm512_srli_epi16(a0, 7), _mm512_srli_epi16(a1, 7));
+      _mm512_store_si512(key + i, b);
+      ksum = _mm512_add_epi64(ksum, _mm512_sad_epu8(b, z));
+      moments4(_mm512_castsi512_ps(_mm512_unpacklo_epi16(z, x0)),
+               _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, x0)),
+               _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, x1)),
+               _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, x1)), s, q);
+    }
+    M.add_group(s, q);
+  }
+  const u32 amax = reduce_max_epu16(mx), amin1 = reduce_min_epu16(mn);  // 0xFFFF: all zeros
+  return Pass1{amax << 16, amin1 == 0xFFFFu ? ~0u : ((amin1 + 1) << 16) - 1,
+               hsum_pd(_mm512_add_pd(M.s0, M.s1)), hsum_pd(_mm512_add_pd(M.q0, M.q1)),
+               _mm512_reduce_add_epi64(ksum)};
+}
+
+// ---------------------------------------------------------------- the bits of a block
+
+/// Counts of |x| < kTh[ks[q]] over a block of float32 bits, K thresholds per pass.
+template <int K>
+AMP_512 void count_lt32(const u32* __restrict x, const int* ks, i64* out, Prefetch& pf) {
+  const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF), one = _mm512_set1_epi32(1);
+  __m512i t[K], c[K];
+  for (int k = 0; k < K; ++k) {
+    t[k] = _mm512_set1_epi32(static_cast<int>(kTh[ks[k]]));
+    c[k] = _mm512_setzero_si512();
+  }
+  for (int i = 0; i < kBlock; i += 16) {
+    const __m512i a = _mm512_and_si512(_mm512_loadu_si512(x + i), absm);
+    if (i % 32 == 0) pf.step();
+    for (int k = 0; k < K; ++k)
+      c[k] = _mm512_mask_add_epi32(c[k], _mm512_cmplt_epu32_mask(a, t[k]), c[k], one);
+  }
+  for (int k = 0; k < K; ++k) out[k] = _mm512_reduce_add_epi32(c[k]);
+}
+
+/// The same over bfloat16 bits: |x| < T exactly when |h| < ceil(T / 2^16), T's low half being
+/// what bfloat16 cuts off (16-bit lane counters: at most kBlock / 32 per lane).
+template <int K>
+AMP_512 void count_lt_bf16(const u16* __restrict x, const int* ks, i64* out, Prefetch& pf) {
+  static_assert(kBlock / 32 <= 0xFFFF, "16-bit counters");
+  const __m512i absm = _mm512_set1_epi16(0x7FFF), one = _mm512_set1_epi16(1);
+  __m512i t[K], c[K];
+  for (int k = 0; k < K; ++k) {
+    t[k] = _mm512_set1_epi16(static_cast<short>((kTh[ks[k]] + 0xFFFFu) >> 16));
+    c[k] = _mm512_setzero_si512();
+  }
+  for (int i = 0; i < kBlock; i += 32) {
+    const __m512i a = _mm512_and_si512(_mm512_loadu_si512(x + i), absm);
+    pf.step();
+    for (int k = 0; k < K; ++k)
+      c[k] = _mm512_mask_add_epi16(c[k], _mm512_cmplt_epu16_mask(a, t[k]), c[k], one);
+  }
+  for (int k = 0; k < K; ++k) out[k] = _mm512_reduce_add_epi32(_mm512_madd_epi16(c[k], one));
+}
+
+/// A block of float32 bits in memory (float32 in place, float16 widened): pass64's key order.
+struct Bits32 {
+  const u32* x;
+  /// The element of key position p of a 64-key group.
+  static AMP_512 int elem_of(int p) { return ((p >> 2) & 3) * 16 + (p >> 4) * 4 + (p & 3); }
+  AMP_512 u32 abs_bits(int i) const { return x[i] & kAbs32; }
+  template <int K>
+  AMP_512 void count_lt(const int* ks, i64* out, Prefetch& pf) const {
+    count_lt32<K>(x, ks, out, pf);
+  }
+};
+/// A bfloat16 block in place: pass_block_bf16's key order, float32 bits by shifting.
+struct BitsBF16 {
+  const u16* x;
+  static AMP_512 int elem_of(int p) { return (p & 8) * 4 + (p >> 4) * 8 + (p & 7); }
+  AMP_512 u32 abs_bits(int i) const { return static_cast<u32>(x[i] & 0x7FFFu) << 16; }
+  template <int K>
+  AMP_512 void count_lt(const int* ks, i64* out, Prefetch& pf) const {
+    count_lt_bf16<K>(x, ks, out, pf);
+  }
+};
+
+/// Exact counts below the thresholds ks[0..n) by compare passes (four at a time).
+template <typename Bits>
+AMP_512 void count_lt_all(const Bits& bits, const int* ks, int n, i64* out, Prefetch& pf) {
+  for (int j = 0; j < n; j += 4) {
+    const int m = std::min(4, n - j);
+    if (m == 1) bits.template count_lt<1>(ks + j, out + j, pf);
+    if (m == 2) bits.template count_lt<2>(ks + j, out + j, pf);
+    if (m == 3) bits.template count_lt<3>(ks + j, out + j, pf);
+    if (m == 4) bits.template count_lt<4>(ks + j, out + j, pf);
+  }
+}
+
 // ---------------------------------------------------------------- histogram
 
 constexpr int kMaxSweepBins = 32;  // wider blocks: the scalar multi-table histogram
 constexpr i64 kScanLeft = 32;      // values left in 3+ binades: found by mask, not swept
 constexpr i64 kSparseMax = 64;     // populated threshold binades of up to this many: by mask
 
-/// The element of key position p of a 64-key group (pass64's pack order).
-AMP_512 int elem_of(int p) { return ((p >> 2) & 3) * 16 + (p >> 4) * 4 + (p & 3); }
-
 /// Calls each(element, key) for the keys that `pick` (64 keys -> mask) selects, `count` of them.
-template <typename Pick, typename Each>
+template <typename Bits, typename Pick, typename Each>
 AMP_512 void scan_keys(const u8* __restrict key, i64 count, Prefetch& pf, Pick pick, Each each) {
   for (int g = 0; g < kBlock && count > 0; g += 64) {
     pf.step();
@@ -208,9 +319,16 @@ AMP_512 void scan_keys(const u8* __restrict key, i64 count, Prefetch& pf, Pick p
     count -= __builtin_popcountll(m);
     for (; m != 0; m = _blsr_u64(m)) {
       const int p = static_cast<int>(_tzcnt_u64(m));
-      each(g + elem_of(p), key[g + p]);
+      each(g + Bits::elem_of(p), key[g + p]);
     }
   }
+}
+
+/// c + 1 in the byte lanes that m selects, merge-masked in place (the intrinsic's form makes GCC 12
+/// copy each counter around every add).
+AMP_512 __m512i inc_epi8(__m512i c, __mmask64 m, __m512i one) {
+  asm("vpaddb %2, %0, %0%{%1%}" : "+v"(c) : "Yk"(m), "v"(one));
+  return c;
 }
 
 /// Counts of key bytes equal to each of kv[0..3] over the block's keys.
@@ -225,10 +343,10 @@ AMP_512 void count_keys4(const u8* __restrict key, const u8 kv[4], u32 c[4], Pre
   for (int i = 0; i < kBlock; i += 64) {
     const __m512i k = _mm512_load_si512(key + i);
     pf.step();
-    a0 = _mm512_mask_add_epi8(a0, _mm512_cmpeq_epi8_mask(k, t0), a0, one);
-    a1 = _mm512_mask_add_epi8(a1, _mm512_cmpeq_epi8_mask(k, t1), a1, one);
-    a2 = _mm512_mask_add_epi8(a2, _mm512_cmpeq_epi8_mask(k, t2), a2, one);
-    a3 = _mm512_mask_add_epi8(a3, _mm512_cmpeq_epi8_mask(k, t3), a3, one);
+    a0 = inc_epi8(a0, _mm512_cmpeq_epi8_mask(k, t0), one);
+    a1 = inc_epi8(a1, _mm512_cmpeq_epi8_mask(k, t1), one);
+    a2 = inc_epi8(a2, _mm512_cmpeq_epi8_mask(k, t2), one);
+    a3 = inc_epi8(a3, _mm512_cmpeq_epi8_mask(k, t3), one);
   }
   c[0] = static_cast<u32>(_mm512_reduce_add_epi64(_mm512_sad_epu8(a0, z)));
   c[1] = static_cast<u32>(_mm512_reduce_add_epi64(_mm512_sad_epu8(a1, z)));
@@ -237,9 +355,10 @@ AMP_512 void count_keys4(const u8* __restrict key, const u8 kv[4], u32 c[4], Pre
 }
 
 /// A block's keys and what is known of them.
+template <typename Bits>
 struct Keys {
   const u8* key;
-  const u32* x;    // float32 bits of the block
+  Bits bits;       // the block's values
   int emin, emax;  // exponent bytes of the smallest and largest nonzero |x| (emin >= 1)
   i64 key_sum;     // sum of all keys (a zero's key is 0)
   Prefetch* pf;    // stepped once per 64 keys or 32 values by every later pass
@@ -250,38 +369,24 @@ struct Counts {
   u32 hb[256];
   i64 zeros = 0;
   i64 ex[kNumTh + 1] = {};  // per threshold: values inside its binade below it (slot kNumTh: none)
-  int scanned_below = 0;    // binades below this one had their thresholds done by a scan
+  int scan_lo = 0;          // binades emin..scan_lo-1 are left to the scan by mask (hb zero)
+  i64 scan_left = 0;        // how many values they hold
 };
 
 /// Threshold compares of one element found by a scan (its binade's up to two thresholds).
-AMP_512 void threshold_of(const Keys& kb, int i, int e, Counts& c) {
-  const u32 a = kb.x[i] & kAbs32;
+template <typename Bits>
+AMP_512 void threshold_of(const Keys<Bits>& kb, int i, int e, Counts& c) {
+  const u32 a = kb.bits.abs_bits(i);
   const int k0 = kBinadeTh.k[e][0], k1 = kBinadeTh.k[e][1];
   c.ex[k0] += a < kBinadeTh.th[k0];
   c.ex[k1] += a < kBinadeTh.th[k1];
 }
 
-/// The binades emin..lo-1 (`left` values), found by mask: histogram and thresholds.
-AMP_512 void scan_below(const Keys& kb, int lo, i64 left, Counts& c) {
-  for (int e = kb.emin; e < lo; ++e) c.hb[e] = 0;
-  const __m512i base = _mm512_set1_epi8(static_cast<char>(kb.emin));
-  const __m512i span = _mm512_set1_epi8(static_cast<char>(lo - kb.emin));
-  scan_keys(
-      kb.key, left, *kb.pf,
-      [&](__m512i k) AMP_512_TARGET {
-        return _mm512_cmplt_epu8_mask(_mm512_sub_epi8(k, base), span);  // a zero's key wraps
-      },
-      [&](int i, int e) AMP_512_TARGET {
-        ++c.hb[e];
-        threshold_of(kb, i, e, c);
-      });
-  c.scanned_below = lo;
-}
-
 /// Narrow blocks: binades from the top down by masked byte counts, four per sweep (the zeros in
 /// the first); the last one or two binades from the count and key sum left, or the last few
-/// values by mask.
-AMP_512 void hist_sweeps(const Keys& kb, Counts& c) {
+/// values left to the scan by mask (add_thresholds).
+template <typename Bits>
+AMP_512 void hist_sweeps(const Keys<Bits>& kb, Counts& c) {
   i64 left = kBlock, left_sum = kb.key_sum;
   int lo = kb.emax + 1;  // binades >= lo are counted
   for (bool first = true; lo > kb.emin; first = false) {
@@ -292,7 +397,11 @@ AMP_512 void hist_sweeps(const Keys& kb, Counts& c) {
       c.hb[eb] = static_cast<u32>(left - ca);
       return;
     }
-    if (!first && left <= kScanLeft) return scan_below(kb, lo, left, c);
+    if (!first && left <= kScanLeft) {
+      for (int e = kb.emin; e < lo; ++e) c.hb[e] = 0;
+      c.scan_lo = lo, c.scan_left = left;
+      return;
+    }
     u8 kv[4];
     int bin[4], nb = 0;
     if (first) kv[nb] = 0, bin[nb++] = 0;
@@ -312,7 +421,8 @@ AMP_512 void hist_sweeps(const Keys& kb, Counts& c) {
 }
 
 /// Wide blocks: four tables indexed by key byte (no store-forwarding chain on repeated keys).
-AMP_512 void hist_tables(const Keys& kb, Counts& c) {
+template <typename Bits>
+AMP_512 void hist_tables(const Keys<Bits>& kb, Counts& c) {
   u32 t[4][256];
   for (auto& row : t) {
     row[0] = 0;
@@ -330,59 +440,38 @@ AMP_512 void hist_tables(const Keys& kb, Counts& c) {
 
 // ---------------------------------------------------------------- thresholds
 
-/// Counts of |x| < kTh[ks[q]] over a block of float32 bits, K thresholds per pass.
-template <int K>
-AMP_512 void count_lt(const u32* __restrict x, const int* ks, i64* out, Prefetch& pf) {
-  const __m512i absm = _mm512_set1_epi32(0x7FFFFFFF), one = _mm512_set1_epi32(1);
-  __m512i t[K], c[K];
-  for (int k = 0; k < K; ++k) {
-    t[k] = _mm512_set1_epi32(static_cast<int>(kTh[ks[k]]));
-    c[k] = _mm512_setzero_si512();
-  }
-  for (int i = 0; i < kBlock; i += 16) {
-    const __m512i a = _mm512_and_si512(_mm512_loadu_si512(x + i), absm);
-    if (i % 32 == 0) pf.step();
-    for (int k = 0; k < K; ++k)
-      c[k] = _mm512_mask_add_epi32(c[k], _mm512_cmplt_epu32_mask(a, t[k]), c[k], one);
-  }
-  for (int k = 0; k < K; ++k) out[k] = _mm512_reduce_add_epi32(c[k]);
-}
-
-/// Exact counts below the thresholds ks[0..n) by compare passes (four at a time).
-AMP_512 void count_lt_all(const u32* x, const int* ks, int n, i64* out, Prefetch& pf) {
-  for (int j = 0; j < n; j += 4) {
-    const int m = std::min(4, n - j);
-    if (m == 1) count_lt<1>(x, ks + j, out + j, pf);
-    if (m == 2) count_lt<2>(x, ks + j, out + j, pf);
-    if (m == 3) count_lt<3>(x, ks + j, out + j, pf);
-    if (m == 4) count_lt<4>(x, ks + j, out + j, pf);
-  }
-}
-
-/// In-binade threshold counts for the sparse binades keys[0..n) (n <= 4, `count` values), by mask.
-AMP_512 void scan_sparse(const Keys& kb, const u8* keys, int n, i64 count, Counts& c) {
-  __m512i t[4];
-  for (int q = 0; q < 4; ++q) t[q] = _mm512_set1_epi8(static_cast<char>(keys[q < n ? q : 0]));
-  scan_keys(
-      kb.key, count, *kb.pf,
+/// One scan by mask over the keys: the binades below c.scan_lo (histogram and thresholds) and
+/// the N sparse threshold binades sparse[0..N) (thresholds; `count` values). N is a template
+/// argument: the scan's cost per 64 keys is one compare per binade key.
+template <int N, typename Bits>
+AMP_512 void scan_rest(const Keys<Bits>& kb, const u8* sparse, i64 count, Counts& c) {
+  const __m512i base = _mm512_set1_epi8(static_cast<char>(kb.emin));
+  const __m512i span = _mm512_set1_epi8(static_cast<char>(std::max(c.scan_lo - kb.emin, 0)));
+  __m512i t[N > 0 ? N : 1];
+  for (int q = 0; q < N; ++q) t[q] = _mm512_set1_epi8(static_cast<char>(sparse[q]));
+  scan_keys<Bits>(
+      kb.key, c.scan_left + count, *kb.pf,
       [&](__m512i k) AMP_512_TARGET {
-        return _mm512_cmpeq_epi8_mask(k, t[0]) | _mm512_cmpeq_epi8_mask(k, t[1]) |
-               _mm512_cmpeq_epi8_mask(k, t[2]) | _mm512_cmpeq_epi8_mask(k, t[3]);
+        __mmask64 m = _mm512_cmplt_epu8_mask(_mm512_sub_epi8(k, base), span);  // zeros wrap
+        for (int q = 0; q < N; ++q) m = _kor_mask64(m, _mm512_cmpeq_epi8_mask(k, t[q]));
+        return m;
       },
-      [&](int i, int e) AMP_512_TARGET { threshold_of(kb, i, e, c); });
+      [&](int i, int e) AMP_512_TARGET {
+        c.hb[e] += e < c.scan_lo;
+        threshold_of(kb, i, e, c);
+      });
 }
 
 /// Threshold counts of a block from its histogram: cumulative counts below each threshold's
-/// binade, plus the part inside it (from scans by mask where sparse, compare passes where dense).
-AMP_512 void add_thresholds(const Keys& kb, Counts& c, Acc32& A) {
+/// binade, plus the part inside it (from the scan by mask where sparse, compare passes where
+/// dense). Also completes the histogram of the binades left to the scan.
+template <typename Bits>
+AMP_512 void add_thresholds(const Keys<Bits>& kb, Counts& c, Acc32& A) {
   const int emin = kb.emin, emax = kb.emax;
-  i64 below[257];  // zeros plus the values in binades under e, for e in [emin, emax + 1]
-  below[emin] = c.zeros;
-  for (int e = emin; e <= emax; ++e) below[e + 1] = below[e] + c.hb[e];
   u8 sparse[4];
   int nsparse = 0, dense[kNumTh], ndense = 0;
   i64 nscan = 0;
-  for (int E = std::max(emin, c.scanned_below); E <= emax; ++E) {
+  for (int E = std::max(emin, c.scan_lo); E <= emax; ++E) {
     const auto& bt = kBinadeTh.k[E];
     if (bt[0] == kNumTh || c.hb[E] == 0) continue;
     if (nsparse < 4 && nscan + c.hb[E] <= kSparseMax) {
@@ -392,9 +481,18 @@ AMP_512 void add_thresholds(const Keys& kb, Counts& c, Acc32& A) {
     for (int q = 0; q < 2; ++q)
       if (bt[q] != kNumTh) dense[ndense++] = bt[q];
   }
-  if (nsparse > 0) scan_sparse(kb, sparse, nsparse, nscan, c);
+  if (c.scan_left + nscan > 0) {
+    if (nsparse == 3) sparse[3] = sparse[2], nsparse = 4;  // four compares, one repeated
+    if (nsparse == 0) scan_rest<0>(kb, sparse, nscan, c);
+    if (nsparse == 1) scan_rest<1>(kb, sparse, nscan, c);
+    if (nsparse == 2) scan_rest<2>(kb, sparse, nscan, c);
+    if (nsparse == 4) scan_rest<4>(kb, sparse, nscan, c);
+  }
+  i64 below[257];  // zeros plus the values in binades under e, for e in [emin, emax + 1]
+  below[emin] = c.zeros;
+  for (int e = emin; e <= emax; ++e) below[e + 1] = below[e] + c.hb[e];
   i64 n[kNumTh];
-  count_lt_all(kb.x, dense, ndense, n, *kb.pf);
+  count_lt_all(kb.bits, dense, ndense, n, *kb.pf);
   for (int j = 0; j < ndense; ++j)  // the pass counted every |x| < T: keep the part in T's binade
     c.ex[dense[j]] += n[j] - below[static_cast<int>(kTh[dense[j]] >> 23)];
   for (int k = 0; k < kNumTh; ++k)
@@ -420,23 +518,24 @@ AMP_512 bool add_ranges(const Pass1& r, Acc32& A) {
 }
 
 /// Everything after the first pass of a fast block: ranges, histogram, thresholds.
-AMP_512 void block_counts(const Pass1& r, const u8* key, const u32* f32, Prefetch& pf, Acc32& A) {
+template <typename Bits>
+AMP_512 void block_counts(const Pass1& r, const u8* key, Bits bits, Prefetch& pf, Acc32& A) {
   if (!add_ranges(r, A)) return;
-  const Keys kb{
-      key,       f32, static_cast<int>((r.amin1 + 1u) >> 23), static_cast<int>(r.amax >> 23),
+  const Keys<Bits> kb{
+      key,       bits, static_cast<int>((r.amin1 + 1u) >> 23), static_cast<int>(r.amax >> 23),
       r.key_sum, &pf};
   Counts c;
   if (kb.emax - kb.emin < kMaxSweepBins)
     hist_sweeps(kb, c);
   else
     hist_tables(kb, c);
+  add_thresholds(kb, c, A);
   A.zeros += c.zeros;
   for (int e = kb.emin; e <= kb.emax; ++e) A.hist[e - 127 + kOff32] += c.hb[e];
-  add_thresholds(kb, c, A);
 }
 
-/// A full block: `load` reads it (float32 bits); `f32` holds those bits for the later passes
-/// (the source itself for float32, the widened buffer for 16-bit sources).
+/// A full float32 or float16 block: `load` reads it (float32 bits); `f32` holds those bits for the
+/// later passes (the source itself for float32, the widened buffer for float16).
 template <typename Load>
 AMP_512_TARGET __attribute__((noinline)) void block_avx512(const Load& load, u32* f32, Prefetch pf,
                                                            Acc32& A) {
@@ -446,7 +545,26 @@ AMP_512_TARGET __attribute__((noinline)) void block_avx512(const Load& load, u32
     block32_general(f32, kBlock, A);
   } else {
     if (!float_moments_safe(r.amax)) moments_double(f32, r.sum, r.sum_sq);
-    block_counts(r, key, f32, pf, A);
+    block_counts(r, key, Bits32{f32}, pf, A);
+  }
+  pf.drain();
+}
+
+/// A full bfloat16 block, counted in place; widened into `f32` only for the rare blocks that take
+/// the general path or double moments.
+AMP_512_TARGET __attribute__((noinline)) void block_bf16(const u16* x, u32* f32, Prefetch pf,
+                                                         Acc32& A) {
+  alignas(64) u8 key[kBlock];
+  Pass1 r = pass_block_bf16(x, key, pf);
+  if (r.amax >= kInf32 || r.amin1 < 0x007FFFFFu) {  // NaN/inf or subnormals: rare
+    bf16_to_f32(x, kBlock, f32);
+    block32_general(f32, kBlock, A);
+  } else {
+    if (!float_moments_safe(r.amax)) {
+      bf16_to_f32(x, kBlock, f32);
+      moments_double(f32, r.sum, r.sum_sq);
+    }
+    block_counts(r, key, BitsBF16{x}, pf, A);
   }
   pf.drain();
 }
@@ -480,15 +598,16 @@ AMP_512 void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Blo
   }
 }
 
-template <typename Load>
-AMP_512_TARGET void run16(const TensorView& v, i64 begin, i64 end, bool bf16, Stats& out) {
+template <bool kBF16>
+AMP_512_TARGET void run16(const TensorView& v, i64 begin, i64 end, Stats& out) {
   const FlushToZeroScope ftz;
   auto A = std::make_unique<Acc32>();
   alignas(64) u16 raw[kBlock];
   alignas(64) u32 buf[kBlock];
   for_each_block(v, begin, end, raw, [&](const u16* src, int n, Prefetch pf) AMP_512_TARGET {
-    if (n == kBlock) return block_avx512(Load{src}, buf, pf, *A);
-    if (bf16)
+    if (n == kBlock && kBF16) return block_bf16(src, buf, pf, *A);
+    if (n == kBlock) return block_avx512(LoadF16{src}, buf, pf, *A);
+    if (kBF16)
       bf16_to_f32(src, n, buf);
     else
       f16_to_f32(src, n, buf);
@@ -536,10 +655,10 @@ void run_stats_avx512(const TensorView& v, i64 begin, i64 end, Stats& out) {
       run32(v, begin, end, out);
       break;
     case DType::kFloat16:
-      run16<LoadF16>(v, begin, end, false, out);
+      run16<false>(v, begin, end, out);
       break;
     case DType::kBFloat16:
-      run16<LoadBF16>(v, begin, end, true, out);
+      run16<true>(v, begin, end, out);
       break;
     case DType::kFloat64:
       run64(v, begin, end, out);
