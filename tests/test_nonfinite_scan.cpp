@@ -1,12 +1,17 @@
 // The sentinel's scan (has_nonfinite) against torch's own isfinite, for every dtype it reads and
 // the layouts op outputs and incoming gradients come in: contiguous, transposed, permuted,
-// expanded (stride 0), sliced with gaps, and sizes that end mid-block.
+// expanded (stride 0), sliced with gaps, and sizes that end mid-block; spans long enough to be
+// split over torch's pool, and the pool runner itself (every chunk once, whatever the threads).
+#include <ATen/Parallel.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <limits>
+#include <vector>
 
 #include "../profiler/src/nonfinite_scan.h"
+#include "../profiler/src/torch_pool.h"
 
 namespace {
 
@@ -62,6 +67,52 @@ TEST(NonFiniteScan, LargeValuesAreFiniteAndEmptyOrIntegerTensorsAreNot) {
   EXPECT_FALSE(has_nonfinite(torch::full({3000}, std::numeric_limits<float>::max())));
   EXPECT_FALSE(has_nonfinite(torch::empty({0})));
   EXPECT_FALSE(has_nonfinite(torch::ones({5}, torch::kInt32)));
+}
+
+TEST(NonFiniteScan, LongSpansSplitOverThePool) {
+  // 300000 elements: ten chunks of the parallel scan; one bad value in the first, a middle and
+  // the last chunk (and its last element), or none, with 1, 2 and 3 pool threads.
+  const int threads_before = at::get_num_threads();
+  const std::int64_t n = 300000;
+  for (int threads : {1, 2, 3}) {
+    at::set_num_threads(threads);
+    for (auto dtype : {torch::kFloat32, torch::kFloat16, torch::kBFloat16, torch::kFloat64}) {
+      at::Tensor clean = torch::randn({n}).to(dtype);
+      EXPECT_FALSE(has_nonfinite(clean)) << dtype << " threads " << threads;
+      for (std::int64_t at_index : {std::int64_t{5}, n / 2 + 7, n - 1}) {
+        at::Tensor dirty = clean.clone();
+        dirty.index_put_({at_index}, std::numeric_limits<double>::infinity());
+        EXPECT_EQ(has_nonfinite(dirty), oracle(dirty)) << dtype << " at " << at_index;
+        EXPECT_TRUE(has_nonfinite(dirty.view({600, 500}).t())) << dtype << " transposed";
+      }
+    }
+  }
+  at::set_num_threads(threads_before);
+}
+
+TEST(TorchPool, EveryChunkRunsOnceWhateverTheThreads) {
+  const int threads_before = at::get_num_threads();
+  for (int threads : {1, 2, 3, 5}) {
+    at::set_num_threads(threads);
+    for (std::int64_t chunks : {0, 1, 2, 3, 7, 64, 1001}) {
+      std::vector<std::atomic<int>> runs(static_cast<std::size_t>(chunks));
+      ampscope::detail::run_on_torch_pool(chunks, &runs, [](void* ctx, std::int64_t c) {
+        (*static_cast<std::vector<std::atomic<int>>*>(ctx))[static_cast<std::size_t>(c)]++;
+      });
+      int wrong = 0;
+      for (auto& r : runs) wrong += r.load() != 1;
+      EXPECT_EQ(wrong, 0) << chunks << " chunks, " << threads << " threads";
+    }
+    // From inside another parallel region: on the calling thread, still every chunk once.
+    std::vector<std::atomic<int>> runs(50);
+    at::parallel_for(0, 1, 1, [&](std::int64_t, std::int64_t) {
+      ampscope::detail::run_on_torch_pool(50, &runs, [](void* ctx, std::int64_t c) {
+        (*static_cast<std::vector<std::atomic<int>>*>(ctx))[static_cast<std::size_t>(c)]++;
+      });
+    });
+    for (auto& r : runs) EXPECT_EQ(r.load(), 1);
+  }
+  at::set_num_threads(threads_before);
 }
 
 }  // namespace

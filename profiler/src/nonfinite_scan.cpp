@@ -10,6 +10,8 @@
 #include <cstring>
 #include <vector>
 
+#include "torch_pool.h"
+
 namespace ampscope::detail {
 namespace {
 
@@ -56,24 +58,27 @@ bool span_has_nonfinite(const void* d, std::int64_t n, c10::ScalarType type) {
   }
 }
 
-/// Spans of this many elements or more are split over torch's intra-op pool (see
-/// run_on_torch_pool in tensor_stats.cpp: this file is built with -fopenmp for the same reason).
+/// Spans of this many elements or more are split over torch's intra-op pool (torch_pool.h: this
+/// file is built with -fopenmp for the same reason as tensor_stats.cpp).
 constexpr std::int64_t kParallelChunk = std::int64_t{1} << 15;
 
 bool dense_has_nonfinite(const void* d, std::int64_t n, c10::ScalarType type) {
   if (n < 2 * kParallelChunk || at::in_parallel_region() || at::get_num_threads() < 2)
     return span_has_nonfinite(d, n, type);
-  const std::int64_t width = static_cast<std::int64_t>(c10::elementSize(type));
-  std::atomic<bool> bad{false};
-  const std::int64_t chunks = (n + kParallelChunk - 1) / kParallelChunk;
-  at::parallel_for(0, chunks, 1, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t c = b; c < e && !bad.load(std::memory_order_relaxed); ++c) {
-      const std::int64_t lo = c * kParallelChunk, len = std::min(n, lo + kParallelChunk) - lo;
-      if (span_has_nonfinite(static_cast<const char*>(d) + lo * width, len, type))
-        bad.store(true, std::memory_order_relaxed);
-    }
+  struct Scan {
+    const char* data;
+    std::int64_t n, width;
+    c10::ScalarType type;
+    std::atomic<bool> bad{false};
+  } scan{static_cast<const char*>(d), n, static_cast<std::int64_t>(c10::elementSize(type)), type};
+  run_on_torch_pool((n + kParallelChunk - 1) / kParallelChunk, &scan, [](void* ctx, std::int64_t c) {
+    auto& s = *static_cast<Scan*>(ctx);
+    if (s.bad.load(std::memory_order_relaxed)) return;  // found already: the rest is moot
+    const std::int64_t lo = c * kParallelChunk, len = std::min(s.n, lo + kParallelChunk) - lo;
+    if (span_has_nonfinite(s.data + lo * s.width, len, s.type))
+      s.bad.store(true, std::memory_order_relaxed);
   });
-  return bad.load();
+  return scan.bad.load();
 }
 
 }  // namespace

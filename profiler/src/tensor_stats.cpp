@@ -6,9 +6,12 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <algorithm>
+#include <atomic>
 #include <stdexcept>
+#include <vector>
 
 #include "ampscope/profiler/cuda_stats.h"
+#include "torch_pool.h"
 
 namespace ampscope {
 
@@ -84,18 +87,28 @@ Stats tensor_stats_cuda(const at::Tensor& t) {
   }
 }
 
-/// Chunks on torch's intra-op pool: at::parallel_for, i.e. an OpenMP region of the runtime torch's
-/// own ops use (this file is built with -fopenmp and linked to torch's libgomp where the wheel
-/// bundles one, see profiler/CMakeLists.txt; without it the loop runs on the calling thread).
-/// Torch's threads wait between ops, so splitting costs microseconds, and a static split of an
-/// op's output reads each half on the core whose cache the op left it in.
+}  // namespace
+
+namespace detail {
+
 void run_on_torch_pool(std::int64_t chunks, void* ctx, void (*body)(void*, std::int64_t)) {
-  at::parallel_for(0, chunks, 1, [&](std::int64_t b, std::int64_t e) {
-    for (std::int64_t c = b; c < e; ++c) body(ctx, c);
+  if (chunks <= 0) return;
+  const std::int64_t shares = std::clamp<std::int64_t>(at::get_num_threads(), 1, chunks);
+  const std::int64_t per = (chunks + shares - 1) / shares;
+  std::vector<std::atomic<std::int64_t>> next(static_cast<std::size_t>(shares));
+  for (std::int64_t s = 0; s < shares; ++s) next[static_cast<std::size_t>(s)].store(s * per);
+  auto drain = [&](std::int64_t s) {
+    const std::int64_t end = std::min(chunks, (s + 1) * per);
+    auto& cursor = next[static_cast<std::size_t>(s)];
+    for (std::int64_t c; (c = cursor.fetch_add(1, std::memory_order_relaxed)) < end;) body(ctx, c);
+  };
+  at::parallel_for(0, shares, 1, [&](std::int64_t b, std::int64_t e) {
+    for (std::int64_t s = b; s < e; ++s) drain(s);  // its own share first,
+    for (std::int64_t s = 0; s < shares; ++s) drain((e + s) % shares);  // then what is left
   });
 }
 
-}  // namespace
+}  // namespace detail
 
 Stats tensor_stats(const at::Tensor& t, int max_threads) {
   if (!t.defined()) return Stats{};
@@ -117,7 +130,7 @@ Stats tensor_stats(const at::Tensor& t, int max_threads) {
     view.sizes = {t.numel()};
     view.strides = {1};
   }
-  if (max_threads == 0) return compute_stats_chunked(view, run_on_torch_pool);
+  if (max_threads == 0) return compute_stats_chunked(view, detail::run_on_torch_pool);
   return compute_stats(view, max_threads);
 }
 
