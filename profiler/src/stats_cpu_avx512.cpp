@@ -167,21 +167,32 @@ AMP_512 void pass64(const Load& load, int i, u32* __restrict f32, u8* __restrict
   ksum = _mm512_add_epi64(ksum, _mm512_sad_epu8(b, _mm512_setzero_si512()));
 }
 
-/// The first pass over a full block (one prefetch step per 64 values).
-template <typename Load>
-AMP_512 Pass1 pass_block(const Load& load, u32* __restrict f32, u8* __restrict key, Prefetch& pf) {
-  const __m512i z = _mm512_setzero_si512();
-  __m512i mx = z, mn = _mm512_set1_epi32(-1), ksum = z;
+/// The loop of a first pass over a full block: step(i, s, q) reads values i..i+63 and adds their
+/// float sums and squares into s and q; groups of 128 values then go into double (one prefetch
+/// step per 64 values).
+template <typename Step>
+AMP_512 Moments first_pass(Prefetch& pf, Step step) {
   Moments M;
   M.zero();
   for (int g = 0; g < kBlock; g += 128) {
     __m512 s = _mm512_setzero_ps(), q = s;
     for (int i = g; i < g + 128; i += 64) {
       pf.step();
-      pass64(load, i, f32, key, mx, mn, ksum, s, q);
+      step(i, s, q);
     }
     M.add_group(s, q);
   }
+  return M;
+}
+
+/// The first pass over a full block of float32 bits (read by `load`).
+template <typename Load>
+AMP_512 Pass1 pass_block(const Load& load, u32* __restrict f32, u8* __restrict key, Prefetch& pf) {
+  const __m512i z = _mm512_setzero_si512();
+  __m512i mx = z, mn = _mm512_set1_epi32(-1), ksum = z;
+  const Moments M = first_pass(pf, [&](int i, __m512& s, __m512& q) AMP_512_TARGET {
+    pass64(load, i, f32, key, mx, mn, ksum, s, q);
+  });
   return Pass1{static_cast<u32>(_mm512_reduce_max_epu32(mx)),
                static_cast<u32>(_mm512_reduce_min_epu32(mn)), hsum_pd(_mm512_add_pd(M.s0, M.s1)),
                hsum_pd(_mm512_add_pd(M.q0, M.q1)), _mm512_reduce_add_epi64(ksum)};
@@ -203,27 +214,20 @@ AMP_512 Pass1 pass_block_bf16(const u16* __restrict x, u8* __restrict key, Prefe
   const __m512i z = _mm512_setzero_si512(), absm = _mm512_set1_epi16(0x7FFF);
   const __m512i one = _mm512_set1_epi16(1);
   __m512i mx = z, mn = _mm512_set1_epi16(-1), ksum = z;
-  Moments M;
-  M.zero();
-  for (int g = 0; g < kBlock; g += 128) {
-    __m512 s = _mm512_setzero_ps(), q = s;
-    for (int i = g; i < g + 128; i += 64) {
-      pf.step();
-      const __m512i x0 = _mm512_loadu_si512(x + i), x1 = _mm512_loadu_si512(x + i + 32);
-      const __m512i a0 = _mm512_and_si512(x0, absm), a1 = _mm512_and_si512(x1, absm);
-      mx = _mm512_max_epu16(mx, _mm512_max_epu16(a0, a1));
-      mn = _mm512_min_epu16(
-          mn, _mm512_min_epu16(_mm512_sub_epi16(a0, one), _mm512_sub_epi16(a1, one)));
-      const __m512i b = _mm512_packus_epi16(_mm512_srli_epi16(a0, 7), _mm512_srli_epi16(a1, 7));
-      _mm512_store_si512(key + i, b);
-      ksum = _mm512_add_epi64(ksum, _mm512_sad_epu8(b, z));
-      moments4(_mm512_castsi512_ps(_mm512_unpacklo_epi16(z, x0)),
-               _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, x0)),
-               _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, x1)),
-               _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, x1)), s, q);
-    }
-    M.add_group(s, q);
-  }
+  const Moments M = first_pass(pf, [&](int i, __m512& s, __m512& q) AMP_512_TARGET {
+    const __m512i x0 = _mm512_loadu_si512(x + i), x1 = _mm512_loadu_si512(x + i + 32);
+    const __m512i a0 = _mm512_and_si512(x0, absm), a1 = _mm512_and_si512(x1, absm);
+    mx = _mm512_max_epu16(mx, _mm512_max_epu16(a0, a1));
+    mn = _mm512_min_epu16(mn,
+                          _mm512_min_epu16(_mm512_sub_epi16(a0, one), _mm512_sub_epi16(a1, one)));
+    const __m512i b = _mm512_packus_epi16(_mm512_srli_epi16(a0, 7), _mm512_srli_epi16(a1, 7));
+    _mm512_store_si512(key + i, b);
+    ksum = _mm512_add_epi64(ksum, _mm512_sad_epu8(b, z));
+    moments4(_mm512_castsi512_ps(_mm512_unpacklo_epi16(z, x0)),
+             _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, x0)),
+             _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, x1)),
+             _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, x1)), s, q);
+  });
   const u32 amax = reduce_max_epu16(mx), amin1 = reduce_min_epu16(mn);  // 0xFFFF: all zeros
   return Pass1{amax << 16, amin1 == 0xFFFFu ? ~0u : ((amin1 + 1) << 16) - 1,
                hsum_pd(_mm512_add_pd(M.s0, M.s1)), hsum_pd(_mm512_add_pd(M.q0, M.q1)),
