@@ -58,8 +58,7 @@ bool span_has_nonfinite(const void* d, std::int64_t n, c10::ScalarType type) {
   }
 }
 
-/// Spans of this many elements or more are split over torch's intra-op pool (torch_pool.h: this
-/// file is built with -fopenmp for the same reason as tensor_stats.cpp).
+/// Spans of this many elements or more are split over torch's intra-op pool (torch_pool.h).
 constexpr std::int64_t kParallelChunk = std::int64_t{1} << 15;
 
 bool dense_has_nonfinite(const void* d, std::int64_t n, c10::ScalarType type) {

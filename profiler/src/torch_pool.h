@@ -1,6 +1,6 @@
-// Chunked reads on torch's intra-op pool, shared by the stats kernel's entry point
-// (tensor_stats.cpp, which defines it) and the sentinel's check (nonfinite_scan.cpp). No torch
-// types: the files that call it are built with -fopenmp (see profiler/CMakeLists.txt).
+// Chunked reads on torch's intra-op pool, shared by the stats kernel's entry point and the
+// sentinel's check (nonfinite_scan.cpp). No torch types. Defined in tensor_stats.cpp, the one
+// file built with -fopenmp for it (see profiler/CMakeLists.txt): callers need no OpenMP flags.
 #pragma once
 
 #include <cstdint>
