@@ -538,6 +538,20 @@ AMP_512 void block_counts(const Pass1& r, const u8* key, Bits bits, Prefetch& pf
   for (int e = kb.emin; e <= kb.emax; ++e) A.hist[e - 127 + kOff32] += c.hb[e];
 }
 
+/// The rest of a full block after its first pass: blocks with NaN/inf or float32 subnormals (rare)
+/// go to the general code, out-of-range moments are summed in double, both on the float32 bits
+/// that `f32()` gives; the others are counted on `bits`.
+template <typename Bits, typename F32>
+AMP_512 void after_pass(Pass1& r, const u8* key, Bits bits, F32 f32, Prefetch& pf, Acc32& A) {
+  if (r.amax >= kInf32 || r.amin1 < 0x007FFFFFu) {
+    block32_general(f32(), kBlock, A);
+  } else {
+    if (!float_moments_safe(r.amax)) moments_double(f32(), r.sum, r.sum_sq);
+    block_counts(r, key, bits, pf, A);
+  }
+  pf.drain();
+}
+
 /// A full float32 or float16 block: `load` reads it (float32 bits); `f32` holds those bits for the
 /// later passes (the source itself for float32, the widened buffer for float16).
 template <typename Load>
@@ -545,13 +559,7 @@ AMP_512_TARGET __attribute__((noinline)) void block_avx512(const Load& load, u32
                                                            Acc32& A) {
   alignas(64) u8 key[kBlock];
   Pass1 r = pass_block(load, f32, key, pf);
-  if (r.amax >= kInf32 || r.amin1 < 0x007FFFFFu) {  // NaN/inf or float32 subnormals: rare
-    block32_general(f32, kBlock, A);
-  } else {
-    if (!float_moments_safe(r.amax)) moments_double(f32, r.sum, r.sum_sq);
-    block_counts(r, key, Bits32{f32}, pf, A);
-  }
-  pf.drain();
+  after_pass(r, key, Bits32{f32}, [&] { return f32; }, pf, A);
 }
 
 /// A full bfloat16 block, counted in place; widened into `f32` only for the rare blocks that take
@@ -560,17 +568,10 @@ AMP_512_TARGET __attribute__((noinline)) void block_bf16(const u16* x, u32* f32,
                                                          Acc32& A) {
   alignas(64) u8 key[kBlock];
   Pass1 r = pass_block_bf16(x, key, pf);
-  if (r.amax >= kInf32 || r.amin1 < 0x007FFFFFu) {  // NaN/inf or subnormals: rare
+  after_pass(r, key, BitsBF16{x}, [&]() AMP_512_TARGET {
     bf16_to_f32(x, kBlock, f32);
-    block32_general(f32, kBlock, A);
-  } else {
-    if (!float_moments_safe(r.amax)) {
-      bf16_to_f32(x, kBlock, f32);
-      moments_double(f32, r.sum, r.sum_sq);
-    }
-    block_counts(r, key, BitsBF16{x}, pf, A);
-  }
-  pf.drain();
+    return f32;
+  }, pf, A);
 }
 
 // ---------------------------------------------------------------- drivers
@@ -609,12 +610,13 @@ AMP_512_TARGET void run16(const TensorView& v, i64 begin, i64 end, Stats& out) {
   alignas(64) u16 raw[kBlock];
   alignas(64) u32 buf[kBlock];
   for_each_block(v, begin, end, raw, [&](const u16* src, int n, Prefetch pf) AMP_512_TARGET {
-    if (n == kBlock && kBF16) return block_bf16(src, buf, pf, *A);
-    if (n == kBlock) return block_avx512(LoadF16{src}, buf, pf, *A);
-    if (kBF16)
+    if constexpr (kBF16) {
+      if (n == kBlock) return block_bf16(src, buf, pf, *A);
       bf16_to_f32(src, n, buf);
-    else
+    } else {
+      if (n == kBlock) return block_avx512(LoadF16{src}, buf, pf, *A);
       f16_to_f32(src, n, buf);
+    }
     block32_portable(buf, n, *A);
   });
   finish32(*A, out);
