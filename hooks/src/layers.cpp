@@ -4,6 +4,8 @@
 
 #include <ATen/autocast_mode.h>
 #include <ATen/record_function.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
 #include <algorithm>
@@ -34,7 +36,10 @@ struct GradTarget final : DeviceStatsTarget {
 
 struct HookedParam {
   at::Tensor tensor;
-  unsigned hook;
+  /// The parameter's AccumulateGrad node, held (torch holds it weakly from the tensor): the
+  /// same node, hook and all, takes the gradients of every step.
+  std::shared_ptr<torch::autograd::Node> accumulator;
+  const torch::autograd::FunctionPreHook* hook;  ///< in the node's pre-hooks (owned there)
   std::shared_ptr<ParamSlot> slot;
 };
 
@@ -120,13 +125,49 @@ std::shared_ptr<ParamSlot> new_slot_locked(Registry& r, const std::string& name,
   return slot;
 }
 
+/// The gradient hook of a parameter: records each gradient that reaches it, passes it on as is.
+struct GradHook final : torch::autograd::FunctionPreHook {
+  explicit GradHook(std::shared_ptr<ParamSlot> s) : slot(std::move(s)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
+    if (!grads.empty()) record_into(*slot, grads[0]);
+    return grads;
+  }
+  // Compiled autograd traces the backward instead of running its nodes: this hook is not
+  // part of the graph it compiles (the gradients go unrecorded, the run goes on).
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs&) const override {}
+  std::shared_ptr<ParamSlot> slot;
+};
+
+/// Hooks the parameter's AccumulateGrad node (a pre-hook: it sees the gradient after the
+/// tensor's own hooks, the user's, ran). Not Tensor::register_hook: its first call on a tensor
+/// clears the hooks the tensor has, the user's Python hooks included, for good.
+void add_grad_hook(HookedParam& h) {
+  h.accumulator = torch::autograd::impl::grad_accumulator(h.tensor);
+  h.hook = nullptr;
+  if (!h.accumulator) return;
+  auto hook = std::make_unique<GradHook>(h.slot);
+  h.hook = hook.get();
+  h.accumulator->add_pre_hook(std::move(hook));
+}
+
+/// Takes the hook off the node it is on.
+void remove_grad_hook(HookedParam& h) {
+  if (!h.accumulator) return;
+  auto& list = h.accumulator->pre_hooks();
+  list.erase(std::remove_if(list.begin(), list.end(),
+                            [&](const auto& hook) { return hook.get() == h.hook; }),
+             list.end());
+  h.accumulator.reset();
+}
+
 void hook_parameter(Registry& r, at::Tensor param, const std::string& name, LayerId layer) {
   auto slot = new_slot_locked(r, name, dtype_name(static_cast<std::int8_t>(param.scalar_type())),
                               layer);
   if (!param.requires_grad()) return;
   Observer::name_param(param.unsafeGetTensorImpl(), layer);  // AccumulateGrad -> this layer
-  unsigned hook = param.register_hook([slot](const at::Tensor& grad) { record_into(*slot, grad); });
-  r.hooks.push_back({param, hook, slot});
+  HookedParam h{param, nullptr, nullptr, slot};
+  add_grad_hook(h);
+  r.hooks.push_back(std::move(h));
 }
 
 }  // namespace
@@ -157,13 +198,7 @@ void hook_param(const at::Tensor& param, const std::string& name, LayerId layer)
 
 namespace {
 void unhook_locked(Registry& r) {
-  for (auto& h : r.hooks) {
-    try {
-      h.tensor.remove_hook(h.hook);
-    } catch (const std::exception&) {
-      // The parameter's autograd meta may be gone already; nothing left to remove.
-    }
-  }
+  for (auto& h : r.hooks) remove_grad_hook(h);
   r.hooks.clear();
 }
 }  // namespace
@@ -172,6 +207,17 @@ void unhook_params() {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   unhook_locked(r);
+}
+
+void rehook_params() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  for (auto& h : r.hooks) {
+    // a new node since (e.g. the parameter's .data replaced by one of another type)
+    if (torch::autograd::impl::try_get_grad_accumulator(h.tensor) == h.accumulator) continue;
+    remove_grad_hook(h);
+    add_grad_hook(h);
+  }
 }
 
 void detach_all_modules() {

@@ -114,7 +114,10 @@ bool pop_layer() {
   return Observer::nonfinite_pending();
 }
 void module_outputs(const std::vector<at::Tensor>& outputs) { Observer::check_module_outputs(outputs); }
-void optimizer_step_begins() { Observer::optimizer_step_begins(); }
+void optimizer_step_begins() {
+  Observer::optimizer_step_begins();
+  rehook_params();
+}
 bool any_nonfinite(const std::vector<at::Tensor>& tensors) { return Observer::any_nonfinite(tensors); }
 void begin_replay() { Observer::begin_replay(); }
 void end_replay() { Observer::end_replay(); }

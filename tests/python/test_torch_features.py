@@ -157,3 +157,43 @@ def test_ampscope_step_with_an_optimizer_counts_each_step_once():
             opt.zero_grad()
             ampscope.step()
     assert prof.report["run"]["steps"] == 5
+
+
+def test_the_users_gradient_hooks_keep_running_during_and_after_profiling():
+    """A parameter's own gradient hooks (here one that halves the gradient, registered before the
+    profile, and one registered while it runs) are the user's training: they run under the
+    profiler and after it exactly as without it, and ampscope still records every gradient (the
+    modified one). Oracle: the same training unprofiled, bit for bit."""
+    def train(profiled):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        seen = []
+        m[0].weight.register_hook(lambda g: g * 0.5)
+
+        def step():
+            m(torch.randn(4, 8)).pow(2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+
+        report = None
+        if profiled:
+            with ampscope.profile(model=m, out=None) as prof:
+                step()
+                m[2].weight.register_hook(lambda g: seen.append(g.clone()))  # while profiling
+                step()
+            report = prof.report
+        else:
+            step()
+            m[2].weight.register_hook(lambda g: seen.append(g.clone()))
+            step()
+        step()  # after the profile
+        return [p.detach().clone() for p in m.parameters()], seen, report
+
+    want, want_seen, _ = train(False)
+    got, got_seen, report = train(True)
+    assert all(torch.equal(a, b) for a, b in zip(got, want))
+    assert len(got_seen) == len(want_seen) == 2
+    assert all(torch.equal(a, b) for a, b in zip(got_seen, want_seen))
+    params = {p["name"]: p for l in report["layers"] for p in l["params"]}
+    assert params["0.weight"]["updates"] == params["2.weight"]["updates"] == 2

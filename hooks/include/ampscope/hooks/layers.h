@@ -39,7 +39,7 @@ LayerId find_layer(const torch::nn::Module& module);
 /// Id of a layer name, registering it with `type` when unknown.
 LayerId layer_for_name(std::string_view name, std::string_view type = "scope");
 
-/// Gradient stats of one attached parameter (recorded by a tensor hook after each backward).
+/// Gradient stats of one attached parameter (recorded by a hook on it at each backward).
 struct ParamGradInfo {
   std::string name;   ///< qualified, e.g. "blocks.0.ffn.wo.weight"
   std::string dtype;
@@ -51,10 +51,16 @@ struct ParamGradInfo {
 /// Snapshot of every attached parameter's gradient record, in attach order.
 std::vector<ParamGradInfo> param_grads();
 /// Hooks one parameter of a front end with its own module tree (Python): its gradients are
-/// recorded by a C++ tensor hook, as an attached module's are, under `name`, owned by `layer`.
+/// recorded by a C++ hook, as an attached module's are, under `name`, owned by `layer`. The
+/// hook is on the parameter's AccumulateGrad node: the tensor's own hooks (the user's) stay
+/// and run first.
 void hook_param(const at::Tensor& param, const std::string& name, LayerId layer);
 /// Removes every parameter hook; the gradient records stay (the report is built after).
 void unhook_params();
+/// Moves each parameter hook to the parameter's current AccumulateGrad node where torch made a
+/// new one (e.g. after its .data was replaced by a tensor of another type). Called at each
+/// optimizer step.
+void rehook_params();
 /// Records one gradient of a parameter known by name (front ends without C++ modules, e.g.
 /// Python): creates its record, owned by `layer` (registered with `layer_type`), on first use.
 void record_param_grad(const std::string& name, const std::string& layer,
