@@ -1,7 +1,9 @@
 // The read cache (profiler/src/read_cache.h): a span read once per version and step gives what a
 // fresh read gives (oracle: tensor_stats and torch's own counts); in-place writes, a new step
-// and a freed storage are never served stale. Also the chunked pool path of tensor_stats and the
-// sentinel's parallel scan against torch.
+// and a freed storage are never served stale; a copy that keeps every value (a widening cast,
+// forward or in the backward of a narrowing one) takes its source's read, and gives what a fresh
+// read of it gives. Also the chunked pool path of tensor_stats and the sentinel's parallel scan
+// against torch.
 #include <ampscope/profiler/tensor_stats.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -10,6 +12,7 @@
 #include <limits>
 
 #include "nonfinite_scan.h"
+#include "observer_state.h"
 #include "read_cache.h"
 
 namespace {
@@ -17,6 +20,29 @@ namespace {
 using ampscope::Stats;
 using ampscope::detail::cached_has_nonfinite;
 using ampscope::detail::cached_stats;
+using ampscope::detail::note_exact_copy;
+using ampscope::detail::reuse_read_in_backward;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+/// Every count and range equal; the sums of two reads of the same values in other dtypes may
+/// round differently: within the kernel's bound (7 * 2^-24 of the sum of squares).
+void expect_same_values(const Stats& got, const Stats& want) {
+  EXPECT_EQ(got.count, want.count);
+  EXPECT_EQ(got.nan, want.nan);
+  EXPECT_EQ(got.posinf, want.posinf);
+  EXPECT_EQ(got.neginf, want.neginf);
+  EXPECT_EQ(got.zeros, want.zeros);
+  EXPECT_EQ(got.absmax, want.absmax);
+  EXPECT_EQ(got.absmin_nonzero, want.absmin_nonzero);
+  EXPECT_EQ(got.overflow, want.overflow);
+  EXPECT_EQ(got.underflow, want.underflow);
+  EXPECT_EQ(got.subnormal, want.subnormal);
+  EXPECT_TRUE(got.exp_hist == want.exp_hist);
+  EXPECT_NEAR(got.sum, want.sum, 1e-6 * want.sum_sq);
+  EXPECT_NEAR(got.sum_sq, want.sum_sq, 1e-6 * want.sum_sq);
+}
 
 void expect_same(const Stats& got, const Stats& want) {
   EXPECT_EQ(got.count, want.count);
@@ -130,6 +156,102 @@ TEST(SentinelScan, BigTensorsSplitOverThePoolFindOneBadValueAnywhere) {
       EXPECT_TRUE(ampscope::detail::has_nonfinite(u.t().contiguous().t()));
     }
   }
+}
+
+/// Writes a value torch does not see (no version bump) into element 0: a later read in the same
+/// step shows it only if it really reads.
+void poke(const at::Tensor& t, float v) {
+  if (t.scalar_type() == torch::kFloat) {
+    t.data_ptr<float>()[0] = v;
+  } else {
+    t.data_ptr<at::BFloat16>()[0] = at::BFloat16(v);
+  }
+}
+
+TEST(ReadCache, AWideningCopyTakesItsSourcesRead) {
+  torch::manual_seed(4);
+  for (auto wide : {torch::kFloat, torch::kDouble}) {
+    auto src = (torch::randn({300, 100}) * 1000).to(torch::kBFloat16);
+    src.index_put_({7, 3}, kNaN);
+    src.index_put_({9, 9}, 1e-39);  // a bfloat16 subnormal: the same value in float32
+    const std::int64_t step = 51;
+    const Stats read = cached_stats(src, step);
+    auto dst = src.to(wide);
+    note_exact_copy(src, dst, step);
+    expect_same_values(cached_stats(dst, step), ampscope::tensor_stats(dst));  // a fresh read
+    EXPECT_EQ(cached_stats(dst, step).nan, 1);
+    if (wide == torch::kFloat) {  // not read: a write torch does not see stays unseen ...
+      poke(dst, kInf);
+      EXPECT_EQ(cached_stats(dst, step).posinf, read.posinf);
+      EXPECT_EQ(cached_stats(dst, step + 1).posinf, read.posinf + 1);  // ... until the next step
+    }
+  }
+}
+
+TEST(ReadCache, OnlyCopiesThatKeepEveryValueOfAReadSourceTakeItsRead) {
+  torch::manual_seed(5);
+  const std::int64_t step = 61;
+  // narrowing: values change, the copy is read
+  auto wide = torch::randn({20000}) * 1e30;
+  cached_stats(wide, step);
+  auto narrow = wide.to(torch::kBFloat16);
+  note_exact_copy(wide, narrow, step);
+  poke(narrow, kInf);
+  EXPECT_EQ(cached_stats(narrow, step).posinf, 1);
+  // a source never read: nothing to take
+  auto unread = torch::randn({20000}).to(torch::kBFloat16);
+  auto copy = unread.to(torch::kFloat);
+  note_exact_copy(unread, copy, step);
+  poke(copy, kInf);
+  EXPECT_EQ(cached_stats(copy, step).posinf, 1);
+  // a source written after its read: its read is stale, nothing to take
+  auto src = torch::randn({20000}).to(torch::kBFloat16);
+  cached_stats(src, step);
+  src.mul_(2);
+  auto dst = src.to(torch::kFloat);
+  note_exact_copy(src, dst, step);
+  poke(dst, kNaN);
+  EXPECT_EQ(cached_stats(dst, step).nan, 1);
+}
+
+/// The backward of `w.to(bfloat16)` (w float32, as autocast casts a weight), the cast's node
+/// hooked or not: the reads of the gradient the node receives and of the one w receives (with a
+/// NaN written first that torch does not see: found only by a real read), and a fresh read of the
+/// latter before that write.
+struct CastBackward {
+  Stats incoming, received, fresh;
+};
+CastBackward backward_of_narrowing_cast(bool hooked) {
+  CastBackward r;
+  torch::manual_seed(6);
+  auto w = torch::randn({256, 128}, torch::requires_grad());
+  auto low = w.to(torch::kBFloat16);
+  if (hooked) reuse_read_in_backward(w, low);
+  const std::int64_t step = ampscope::detail::global().step.load();
+  // what the observer does at the cast's backward node: reads the gradient it receives
+  low.register_hook([&](const at::Tensor& g) { r.incoming = cached_stats(g, step); });
+  w.register_hook([&](const at::Tensor& g) {  // and at the weight's AccumulateGrad
+    EXPECT_EQ(g.scalar_type(), torch::kFloat);
+    r.fresh = ampscope::tensor_stats(g);
+    poke(g, kNaN);
+    r.received = cached_stats(g, step);
+  });
+  auto coef = (torch::randn({256, 128}) * 1e3).to(torch::kBFloat16);
+  coef.index_put_({0, 5}, 0);
+  (low * coef).sum().backward();
+  return r;
+}
+
+TEST(ReadCache, TheBackwardOfANarrowingCastHandsItsGradientsReadOn) {
+  const CastBackward hooked = backward_of_narrowing_cast(true);
+  expect_same_values(hooked.received, hooked.fresh);  // what a read of it would have found
+  expect_same_values(hooked.received, hooked.incoming);
+  EXPECT_EQ(hooked.fresh.zeros, 1);
+  EXPECT_EQ(hooked.received.nan, 0);  // taken over, not read
+  // without the hook the float32 gradient is read on its own
+  const CastBackward plain = backward_of_narrowing_cast(false);
+  EXPECT_EQ(plain.received.nan, 1);
+  EXPECT_EQ(plain.fresh.zeros, 1);
 }
 
 }  // namespace

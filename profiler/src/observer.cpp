@@ -103,6 +103,7 @@ OpInfo make_info(const at::RecordFunction& fn, std::string_view name) {
 /// The data a call carries from its start callback to its end callback.
 struct Call : at::ObserverContext {
   bool inner = false;  ///< autocast's inner call of the current top-level call
+  bool nested_cast = false;  ///< a cast nested in a top-level call (autocast's)
   bool skip = false;   ///< its layer is filtered out: tracked for nesting, not recorded
   bool node = false;   ///< an autograd node (BACKWARD_FUNCTION scope)
   /// An unsampled step: only the sentinel runs (outputs checked for NaN/Inf, no stats).
@@ -600,7 +601,13 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
       // what autocast's cast of an input or weight destroys (issue 13)
       if (top->autocast_candidate && !top->sentinel && !top->info->cast)
         on_autocast_cast(top, fn.inputs(), top->inputs, top->step);
-      return nullptr;
+      if (top->sentinel) return nullptr;
+      auto cast = std::make_unique<Call>();  // its end hands reads on (finish_cast)
+      cast->nested_cast = true;
+      cast->step = top->step;
+      auto inputs = fn.inputs();
+      if (!inputs.empty()) cast->inputs.push_back(inputs[0]);
+      return cast;
     }
     if (top->autocast_candidate && !top->inner_seen && info.id == top->info->id) {
       auto inner = std::make_unique<Call>();
@@ -933,6 +940,20 @@ void fold_call(OpAggregate& entry, OpAggregate&& one, std::int64_t step) {
 
 /// True when the op returned one of its inputs itself (dropout with p=0, contiguous of a
 /// contiguous tensor): its values were counted where they were produced.
+/// A cast ended (top-level, or nested in one): a copy that keeps every value takes its source's
+/// read; a narrowing one's backward will hand its incoming gradient's read to the gradient it
+/// returns (read_cache.h).
+void finish_cast(const Call& call, const std::vector<c10::IValue>& outputs) {
+  if (call.inputs.empty() || !call.inputs[0].isTensor() || outputs.size() != 1 ||
+      !outputs[0].isTensor()) {
+    return;
+  }
+  const at::Tensor& src = call.inputs[0].toTensor();
+  const at::Tensor& out = outputs[0].toTensor();
+  note_exact_copy(src, out, call.step);
+  if (!call.sentinel) reuse_read_in_backward(src, out);
+}
+
 bool returns_an_input(const Call& call, const std::vector<c10::IValue>& outputs) {
   if (call.info->inplace || outputs.empty() || !outputs[0].isTensor()) return false;
   const auto* out = outputs[0].toTensor().unsafeGetTensorImpl();
@@ -978,6 +999,7 @@ void finish_op(const at::RecordFunction& fn, Call& call, ThreadState& t, const O
     agg.casts = call.inner_seen ? call.pending_casts : 0;
     if (call.input_stats.count > 0) agg.input_stats = std::move(call.input_stats);
   }
+  if (call.info->cast && !passthrough) finish_cast(call, outputs);
   if (!call.sentinel && !wide_optimizer_output(call, key)) {
     if (!passthrough) agg.stats = stats_of(outputs);
   } else if (!passthrough && !all_finite(outputs)) {
@@ -1042,6 +1064,10 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
   if (!ctx) return;
   auto* call = static_cast<Call*>(ctx);
   try {
+    if (call->nested_cast) {
+      finish_cast(*call, fn.outputs());
+      return;
+    }
     if (call->inner) {
       if (Call* top = t.top) {
         std::int8_t out = floating_dtype(fn.outputs());

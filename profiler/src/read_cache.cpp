@@ -3,12 +3,14 @@
 #include <ampscope/profiler/tensor_stats.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/autograd/function.h>
 
 #include <cstddef>
 #include <functional>
 #include <unordered_map>
 
 #include "nonfinite_scan.h"
+#include "observer_state.h"
 
 namespace ampscope::detail {
 namespace {
@@ -90,6 +92,39 @@ Entry& entry_of(const at::Tensor& t, const Span& span, std::uint32_t version, st
   return e;
 }
 
+/// Every value of `from` is a value of `to` (same dtype, or a wider float with the same or a
+/// larger exponent range).
+bool holds_every_value(c10::ScalarType from, c10::ScalarType to) {
+  using c10::ScalarType;
+  if (from == to) return true;
+  switch (from) {
+    case ScalarType::Half:
+    case ScalarType::BFloat16:
+      return to == ScalarType::Float || to == ScalarType::Double;
+    case ScalarType::Float:
+      return to == ScalarType::Double;
+    default:
+      return false;
+  }
+}
+
+/// On a ToCopyBackward0 node whose forward cast narrowed: its output is its input widened.
+struct WidenedGradientHook : torch::autograd::FunctionPostHook {
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list& inputs) override {
+    try {
+      if (outputs.size() == 1 && inputs.size() == 1 && outputs[0].defined() && inputs[0].defined())
+        note_exact_copy(inputs[0], outputs[0], global().step.load(std::memory_order_relaxed));
+    } catch (const std::exception&) {
+      // a read not reused is read again: never disturb the backward pass
+    }
+    return outputs;
+  }
+  // Under compiled autograd the nodes do not run (nor does the observer's node callback):
+  // nothing to reuse, and nothing to register.
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs&) const override {}
+};
+
 }  // namespace
 
 Stats cached_stats(const at::Tensor& t, std::int64_t step) {
@@ -114,6 +149,39 @@ bool cached_has_nonfinite(const at::Tensor& t, std::int64_t step) {
   if (!fresh) return e.nonfinite;
   e.nonfinite = has_nonfinite(t);
   return e.nonfinite;
+}
+
+void note_exact_copy(const at::Tensor& src, const at::Tensor& dst, std::int64_t step) {
+  if (!src.defined() || !dst.defined() || src.numel() != dst.numel() ||
+      !holds_every_value(src.scalar_type(), dst.scalar_type())) {
+    return;
+  }
+  Span from, to;
+  std::uint32_t from_version = 0, to_version = 0;
+  if (!span_of(src, &from, &from_version) || !span_of(dst, &to, &to_version)) return;
+  Cache& c = tls_cache;
+  if (c.step != step) return;
+  auto it = c.entries.find(from);
+  if (it == c.entries.end() || it->second.alive.expired() || it->second.version != from_version)
+    return;
+  const Entry found = it->second;  // (entry_of may rehash the map)
+  bool fresh = false;
+  Entry& e = entry_of(dst, to, to_version, step, &fresh);
+  if (!fresh) return;  // read already
+  e.nonfinite = found.nonfinite;
+  e.has_stats = found.has_stats;
+  e.stats = found.stats;
+}
+
+void reuse_read_in_backward(const at::Tensor& src, const at::Tensor& out) {
+  if (!src.defined() || !out.defined() || src.scalar_type() == out.scalar_type() ||
+      !holds_every_value(out.scalar_type(), src.scalar_type()) || !out.device().is_cpu() ||
+      !out.requires_grad()) {
+    return;
+  }
+  const auto& node = out.grad_fn();
+  if (!node || node->name() != "ToCopyBackward0") return;
+  node->add_post_hook(std::make_unique<WidenedGradientHook>());
 }
 
 }  // namespace ampscope::detail

@@ -9,6 +9,12 @@
 // view covers the same span), the dtype and the version counter (bumped by every in-place write).
 // Entries live for one step of one thread: a weight read for its cast in forward is not read
 // again for its values at the optimizer step.
+//
+// A copy that keeps every value (a widening cast: bfloat16/float16 to float32, or a same-dtype
+// copy) holds what its source held: its read is the source's. Forward casts are told at their
+// end (note_exact_copy); the backward of a narrowing cast (ToCopyBackward0, which casts the
+// incoming gradient back up, e.g. a float32 weight's gradient under autocast) by a post hook on
+// the node that the forward cast made (reuse_read_in_backward).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -23,5 +29,16 @@ Stats cached_stats(const at::Tensor& t, std::int64_t step);
 /// Whether a CPU floating tensor holds NaN/Inf (the sentinel's check), known from an earlier
 /// read of the same elements in this step on this thread when there was one.
 bool cached_has_nonfinite(const at::Tensor& t, std::int64_t step);
+
+/// `dst` holds exactly the values of `src` (a widening cast or a same-dtype copy; nothing when
+/// it is not one): what a read of `src` at its current version found in this step on this
+/// thread becomes dst's read. Nothing happens when `src` was not read.
+void note_exact_copy(const at::Tensor& src, const at::Tensor& dst, std::int64_t step);
+
+/// `out` is `src` cast down in forward (float32 to bfloat16, ...): its ToCopyBackward0 node gets
+/// a post hook that hands the read of the gradient it receives to the gradient it returns (the
+/// same values, widened back to src's dtype). Casts that do not narrow, or whose output needs
+/// no gradient, are left alone.
+void reuse_read_in_backward(const at::Tensor& src, const at::Tensor& out);
 
 }  // namespace ampscope::detail

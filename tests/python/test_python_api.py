@@ -158,6 +158,47 @@ def test_backward_and_parameter_gradients_land_under_their_layers():
     assert any(o["phase"] == "optimizer" for l in r["layers"] for o in l["ops"])
 
 
+def grad_counts(g):
+    """Torch's own counts of a gradient (the oracle of a stats block)."""
+    nz = g[g.isfinite() & (g != 0)].double()
+    exps = torch.floor(torch.log2(nz.abs())).long()
+    return {"count": g.numel(), "nan": int(g.isnan().sum()), "zeros": int((g == 0).sum()),
+            "absmax": float(nz.abs().max()), "absmin_nonzero": float(nz.abs().min()),
+            "exp_hist": {str(int(e)): int((exps == e).sum()) for e in exps.unique()},
+            **{f"{k}.float16": v for k, v in oracle(g, torch.float16).items()}}
+
+
+def stats_counts(s):
+    return {"count": s["count"], "nan": s["nan"], "zeros": s["zeros"], "absmax": s["absmax"],
+            "absmin_nonzero": s["absmin_nonzero"], "exp_hist": s["exp_hist"],
+            **{f"{k}.float16": s[k]["float16"] for k in ("overflow", "underflow", "subnormal")}}
+
+
+def test_autocast_weight_gradients_are_exact_and_read_once():
+    """Under autocast a float32 weight's gradient is the bfloat16 gradient of its cast, widened
+    (ToCopyBackward0): its stats are that read's, not a second one. Oracle: torch's counts of
+    p.grad. Then a NaN written into the float32 gradient where torch does not see it (.data: no
+    version bump), before its AccumulateGrad: a second read would find it; none is made."""
+    def run(poke):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Linear(128, 128), torch.nn.ReLU(), torch.nn.Linear(128, 64))
+        if poke:
+            m[0].weight.register_hook(lambda g: g.data.view(-1).__setitem__(0, math.nan))
+        with ampscope.profile(model=m, out=None) as prof:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = m(torch.randn(64, 128)).float().pow(2).mean()
+            loss.backward()
+        return m, {p["name"]: p["grad"] for l in prof.report["layers"] for p in l["params"]}
+
+    m, grads = run(poke=False)
+    for name in ("0.weight", "2.weight"):
+        p = dict(m.named_parameters())[name]
+        assert stats_counts(grads[name]) == grad_counts(p.grad), name
+    m, grads = run(poke=True)
+    assert int(m[0].weight.grad.isnan().sum()) == 1  # the write reached the gradient
+    assert grads["0.weight"]["nan"] == 0  # taken from the bfloat16 read, not read again
+
+
 def test_several_roots_keep_distinct_names():
     a, b = Net(), Net()
     with ampscope.profile(out=None) as prof:
