@@ -1,7 +1,6 @@
 """torchrun with 2 CPU processes (gloo): each rank writes its own report, and `ampscope merge`
 combines them."""
 import json
-import socket
 import textwrap
 
 SCRIPT = """
@@ -24,19 +23,11 @@ dist.destroy_process_group()
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_two_ranks_write_rank_reports_and_merge(run_py, cli, tmp_path):
+def test_two_ranks_write_rank_reports_and_merge(torchrun, cli, tmp_path):
     script = tmp_path / "ddp.py"
     script.write_text(textwrap.dedent(SCRIPT))
     out = tmp_path / "out"
-    res = run_py("-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-                 "--master_addr", "127.0.0.1", "--master_port", free_port(),
-                 "-m", "ampscope", "--out", out, script, timeout=600)
+    res = torchrun("-m", "ampscope", "--out", out, script, timeout=600)
     assert res.returncode == 0, res.stderr[-3000:]
     reports = []
     for rank in (0, 1):
@@ -85,18 +76,15 @@ dist.destroy_process_group()
 """
 
 
-def test_fsdp2_trains_under_the_profiler_with_the_same_losses(run_py, tmp_path):
+def test_fsdp2_trains_under_the_profiler_with_the_same_losses(torchrun, tmp_path):
     """FSDP2's DTensor parameters once crashed the in-place input check (no storage of their
     own): the run must finish, and its losses equal the unprofiled run's (torch is the oracle)."""
     script = tmp_path / "fsdp2.py"
     script.write_text(textwrap.dedent(FSDP2))
-    launch = ["-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-              "--master_addr", "127.0.0.1"]
-    plain = run_py(*launch, "--master_port", free_port(), script, tmp_path / "plain", timeout=300)
+    plain = torchrun(script, tmp_path / "plain")
     assert plain.returncode == 0, plain.stderr[-3000:]
     out = tmp_path / "out"
-    prof = run_py(*launch, "--master_port", free_port(), "-m", "ampscope", "--out", out, script,
-                  tmp_path / "prof", timeout=300)
+    prof = torchrun("-m", "ampscope", "--out", out, script, tmp_path / "prof")
     assert prof.returncode == 0, prof.stderr[-3000:]
     for rank in (0, 1):
         got = (tmp_path / f"prof.rank{rank}").read_text()

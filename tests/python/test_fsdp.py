@@ -4,9 +4,10 @@ fully_shard keeps, parameter gradients come from the local shards, collectives c
 and `ampscope merge` adds the shards up to the whole parameters. Oracles: the same script run
 without ampscope (losses), DTensor.full_tensor() of each gradient computed in the script."""
 import json
-import socket
 
 import pytest
+
+from conftest import free_port
 
 SCRIPT = r"""
 import json, os, sys, torch
@@ -50,17 +51,9 @@ dist.destroy_process_group()
 """
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def torchrun(run_py, script, *args, ampscope_out=None):
+def run_script(torchrun, script, *args, ampscope_out=None):
     prefix = ["-m", "ampscope", "--out", ampscope_out] if ampscope_out else []
-    res = run_py("-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", "2",
-                 "--master_addr", "127.0.0.1", "--master_port", free_port(), *prefix, script,
-                 *args, timeout=300)
+    res = torchrun(*prefix, script, *args)
     assert res.returncode == 0, res.stderr[-4000:]
 
 
@@ -80,10 +73,10 @@ def script(tmp_path_factory):
     return p
 
 
-def test_fsdp2_training_is_unchanged_and_merge_adds_shards(run_py, cli, script, tmp_path):
-    torchrun(run_py, script, "clean", tmp_path / "bare")
+def test_fsdp2_training_is_unchanged_and_merge_adds_shards(torchrun, cli, script, tmp_path):
+    run_script(torchrun, script, "clean", tmp_path / "bare")
     out = tmp_path / "out"
-    torchrun(run_py, script, "clean", tmp_path / "prof", ampscope_out=out)
+    run_script(torchrun, script, "clean", tmp_path / "prof", ampscope_out=out)
     reports = []
     for rank in (0, 1):
         assert oracle(tmp_path / "prof", rank)["losses"] == oracle(tmp_path / "bare", rank)["losses"]
@@ -117,7 +110,7 @@ def test_fsdp2_training_is_unchanged_and_merge_adds_shards(run_py, cli, script, 
         assert len(shard_counts) == 2 and all(0 < c < want["count"] for c in shard_counts)
 
 
-def test_fsdp2_planted_float16_overflow_named_per_rank_and_once_merged(run_py, cli, script, tmp_path):
+def test_fsdp2_planted_float16_overflow_named_per_rank_and_once_merged(cli, script, tmp_path):
     out = tmp_path / "out"
     # through `ampscope run -- torchrun ...`: every rank runs under `-m ampscope`
     res = cli("run", "--out", out, "--", "torchrun", "--nnodes", "1", "--nproc_per_node", "2",
