@@ -129,7 +129,11 @@ std::shared_ptr<ParamSlot> new_slot_locked(Registry& r, const std::string& name,
 struct GradHook final : torch::autograd::FunctionPreHook {
   explicit GradHook(std::shared_ptr<ParamSlot> s) : slot(std::move(s)) {}
   torch::autograd::variable_list operator()(const torch::autograd::variable_list& grads) override {
-    if (!grads.empty()) record_into(*slot, grads[0]);
+    try {
+      if (!grads.empty()) record_into(*slot, grads[0]);
+    } catch (const std::exception&) {
+      // a gradient not recorded: never disturb the backward pass
+    }
     return grads;
   }
   // Compiled autograd traces the backward instead of running its nodes: this hook is not

@@ -938,8 +938,6 @@ void fold_call(OpAggregate& entry, OpAggregate&& one, std::int64_t step) {
   if (finite) add_series_point(entry.absmax_by_step, step, absmax);
 }
 
-/// True when the op returned one of its inputs itself (dropout with p=0, contiguous of a
-/// contiguous tensor): its values were counted where they were produced.
 /// A cast ended (top-level, or nested in one): a copy that keeps every value takes its source's
 /// read; a narrowing one's backward will hand its incoming gradient's read to the gradient it
 /// returns (read_cache.h).
@@ -954,6 +952,8 @@ void finish_cast(const Call& call, const std::vector<c10::IValue>& outputs) {
   if (!call.sentinel) reuse_read_in_backward(src, out);
 }
 
+/// True when the op returned one of its inputs itself (dropout with p=0, contiguous of a
+/// contiguous tensor): its values were counted where they were produced.
 bool returns_an_input(const Call& call, const std::vector<c10::IValue>& outputs) {
   if (call.info->inplace || outputs.empty() || !outputs[0].isTensor()) return false;
   const auto* out = outputs[0].toTensor().unsafeGetTensorImpl();
