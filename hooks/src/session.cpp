@@ -97,6 +97,7 @@ void Session::stop() {
 void Session::step() { Observer::mark_step(); }
 
 void Session::optimizer_step(torch::optim::Optimizer& optimizer) {
+  rehook_params();
   updates_before(watched_params(optimizer));  // updates lost to rounding (issue 13)
   {
     OptimizerScope scope;
@@ -107,6 +108,7 @@ void Session::optimizer_step(torch::optim::Optimizer& optimizer) {
 }
 
 bool Session::optimizer_step(GradScaler& scaler, torch::optim::Optimizer& optimizer) {
+  rehook_params();
   updates_before(watched_params(optimizer));
   OptimizerScope scope;
   bool stepped = scaler.step(optimizer);

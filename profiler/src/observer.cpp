@@ -949,7 +949,7 @@ void finish_cast(const Call& call, const std::vector<c10::IValue>& outputs) {
   const at::Tensor& src = call.inputs[0].toTensor();
   const at::Tensor& out = outputs[0].toTensor();
   note_exact_copy(src, out, call.step);
-  if (!call.sentinel) reuse_read_in_backward(src, out);
+  if (!call.sentinel) reuse_read_in_backward(src, out, call.step);
 }
 
 /// True when the op returned one of its inputs itself (dropout with p=0, contiguous of a

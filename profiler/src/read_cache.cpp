@@ -10,7 +10,6 @@
 #include <unordered_map>
 
 #include "nonfinite_scan.h"
-#include "observer_state.h"
 
 namespace ampscope::detail {
 namespace {
@@ -109,12 +108,14 @@ bool holds_every_value(c10::ScalarType from, c10::ScalarType to) {
 }
 
 /// On a ToCopyBackward0 node whose forward cast narrowed: its output is its input widened.
+/// Its step is the forward's: a backward run in another step finds no read of that step to take.
 struct WidenedGradientHook : torch::autograd::FunctionPostHook {
+  explicit WidenedGradientHook(std::int64_t s) : step(s) {}
   torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
                                             const torch::autograd::variable_list& inputs) override {
     try {
       if (outputs.size() == 1 && inputs.size() == 1 && outputs[0].defined() && inputs[0].defined())
-        note_exact_copy(inputs[0], outputs[0], global().step.load(std::memory_order_relaxed));
+        note_exact_copy(inputs[0], outputs[0], step);
     } catch (const std::exception&) {
       // a read not reused is read again: never disturb the backward pass
     }
@@ -123,6 +124,7 @@ struct WidenedGradientHook : torch::autograd::FunctionPostHook {
   // Under compiled autograd the nodes do not run (nor does the observer's node callback):
   // nothing to reuse, and nothing to register.
   void compiled_args(torch::dynamo::autograd::CompiledNodeArgs&) const override {}
+  std::int64_t step;
 };
 
 }  // namespace
@@ -173,7 +175,7 @@ void note_exact_copy(const at::Tensor& src, const at::Tensor& dst, std::int64_t 
   e.stats = found.stats;
 }
 
-void reuse_read_in_backward(const at::Tensor& src, const at::Tensor& out) {
+void reuse_read_in_backward(const at::Tensor& src, const at::Tensor& out, std::int64_t step) {
   if (!src.defined() || !out.defined() || src.scalar_type() == out.scalar_type() ||
       !holds_every_value(out.scalar_type(), src.scalar_type()) || !out.device().is_cpu() ||
       !out.requires_grad()) {
@@ -181,7 +183,7 @@ void reuse_read_in_backward(const at::Tensor& src, const at::Tensor& out) {
   }
   const auto& node = out.grad_fn();
   if (!node || node->name() != "ToCopyBackward0") return;
-  node->add_post_hook(std::make_unique<WidenedGradientHook>());
+  node->add_post_hook(std::make_unique<WidenedGradientHook>(step));
 }
 
 }  // namespace ampscope::detail

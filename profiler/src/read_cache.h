@@ -37,8 +37,8 @@ void note_exact_copy(const at::Tensor& src, const at::Tensor& dst, std::int64_t 
 
 /// `out` is `src` cast down in forward (float32 to bfloat16, ...): its ToCopyBackward0 node gets
 /// a post hook that hands the read of the gradient it receives to the gradient it returns (the
-/// same values, widened back to src's dtype). Casts that do not narrow, or whose output needs
-/// no gradient, are left alone.
-void reuse_read_in_backward(const at::Tensor& src, const at::Tensor& out);
+/// same values, widened back to src's dtype) when that backward runs in the same `step`. Casts
+/// that do not narrow, or whose output needs no gradient, are left alone.
+void reuse_read_in_backward(const at::Tensor& src, const at::Tensor& out, std::int64_t step);
 
 }  // namespace ampscope::detail

@@ -162,7 +162,7 @@ AMP_512 void pass64(const Load& load, int i, u32* __restrict f32, u8* __restrict
            _mm512_castsi512_ps(x3), s, q);
   const __m512i e01 = _mm512_packus_epi32(_mm512_srli_epi32(a0, 23), _mm512_srli_epi32(a1, 23));
   const __m512i e23 = _mm512_packus_epi32(_mm512_srli_epi32(a2, 23), _mm512_srli_epi32(a3, 23));
-  const __m512i b = _mm512_packus_epi16(e01, e23);  // key order does not matter to the counts
+  const __m512i b = _mm512_packus_epi16(e01, e23);  // in Bits32::elem_of's order
   _mm512_store_si512(key + i, b);
   ksum = _mm512_add_epi64(ksum, _mm512_sad_epu8(b, _mm512_setzero_si512()));
 }

@@ -197,3 +197,30 @@ def test_the_users_gradient_hooks_keep_running_during_and_after_profiling():
     assert all(torch.equal(a, b) for a, b in zip(got_seen, want_seen))
     params = {p["name"]: p for l in report["layers"] for p in l["params"]}
     assert params["0.weight"]["updates"] == params["2.weight"]["updates"] == 2
+
+
+def test_a_parameter_given_data_of_another_dtype_is_hooked_again():
+    """Replacing a parameter's .data by one of another dtype makes torch drop its AccumulateGrad
+    node, and ampscope's gradient hook with it: the hook moves to the new node at the next
+    optimizer step. Three steps, the dtype changed before the second: the first and third
+    gradients are recorded (the second, which the old node never saw, is not)."""
+    class Scale(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.p = torch.nn.Parameter(torch.randn(8))
+
+        def forward(self, x):
+            return (self.p * x).pow(2).sum()
+
+    torch.manual_seed(0)
+    m = Scale()
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    with ampscope.profile(model=m, out=None) as prof:
+        for dt in (torch.float32, torch.float64, torch.float64):
+            if m.p.dtype != dt:
+                m.p.data = m.p.data.to(dt)
+            m(torch.randn(8, dtype=dt)).backward()
+            opt.step()
+            opt.zero_grad()
+    [p] = [p for l in prof.report["layers"] for p in l["params"]]
+    assert p["updates"] == 2

@@ -59,7 +59,7 @@ void hook_param(const at::Tensor& param, const std::string& name, LayerId layer)
 void unhook_params();
 /// Moves each parameter hook to the parameter's current AccumulateGrad node where torch made a
 /// new one (e.g. after its .data was replaced by a tensor of another type). Called at each
-/// optimizer step.
+/// optimizer step (Session::optimizer_step, and the Python front end's optimizer hook).
 void rehook_params();
 /// Records one gradient of a parameter known by name (front ends without C++ modules, e.g.
 /// Python): creates its record, owned by `layer` (registered with `layer_type`), on first use.
