@@ -145,19 +145,22 @@ constexpr bool float_moments_safe(u32 amax32) {
 
 // ---------------------------------------------------------------- histogram and thresholds
 
-/// Software prefetch of the next block, one cache line at a time, spread over the L1-only passes
-/// of the current one (without it, memory sits idle while a block is counted).
+constexpr int kPrefetchAhead = 16;  // blocks ahead of the one being read
+
+/// Software prefetch (into L2) of a later block, one cache line per step, spread over all passes
+/// of the current one: memory keeps streaming while L1-resident data is counted (prefetching a
+/// whole block at once fills the line buffers, then leaves memory idle).
 struct Prefetch {
   const char* p = nullptr;
   const char* end = nullptr;
   AMP_AVX2 void step() {
     if (p < end) {
-      _mm_prefetch(p, _MM_HINT_T0);
+      _mm_prefetch(p, _MM_HINT_T1);
       p += 64;
     }
   }
   AMP_AVX2 void drain() {
-    for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T0);
+    for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T1);
   }
 };
 
@@ -430,7 +433,7 @@ struct Pass1 {
 
 /// One pass over a float32 block: max and min of |bits|, float moments per group of 128, and the
 /// exponent bytes into `key` (see Src32).
-AMP_AVX2 Pass1 pass32(const u32* __restrict x, u8* __restrict key) {
+AMP_AVX2 Pass1 pass32(const u32* __restrict x, u8* __restrict key, Prefetch& pf) {
   const __m256i absm = _mm256_set1_epi32(0x7FFFFFFF), ones = _mm256_set1_epi32(-1);
   const __m256i z = _mm256_setzero_si256();
   __m256i mx = z, mn = ones, ksum = z;
@@ -440,6 +443,7 @@ AMP_AVX2 Pass1 pass32(const u32* __restrict x, u8* __restrict key) {
     __m256 s = _mm256_setzero_ps(), q = s;
 #pragma GCC unroll 1  // unrolled, the loop spills registers
     for (int i = g; i < g + 128; i += 32) {
+      pf.step();
       const __m256i* p = reinterpret_cast<const __m256i*>(x + i);
       const __m256i x0 = _mm256_loadu_si256(p), x1 = _mm256_loadu_si256(p + 1);
       const __m256i x2 = _mm256_loadu_si256(p + 2), x3 = _mm256_loadu_si256(p + 3);
@@ -470,7 +474,7 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
                                                             Prefetch pf) {
   static_assert(kBlock % 128 == 0 && kBlock <= 255 * 32, "groups and byte counters");
   alignas(32) u8 key[kBlock];
-  Pass1 r = pass32(x, key);
+  Pass1 r = pass32(x, key, pf);
   // Non-finite values or float32 subnormals: the general block (rare in real tensors).
   if (r.amax >= kInf32 || r.amin1 < 0x007FFFFFu) {
     pf.drain();
@@ -542,7 +546,8 @@ AMP_AVX2 void convert16(const u16* __restrict src, u32* __restrict dst) {
 /// One pass over a float16 (kBF16 false) or bfloat16 block: as pass32, with |bits| in the
 /// source's own terms (amax16, amin1_16) and the exponent fields into `key` (see Src16).
 template <bool kBF16>
-AMP_AVX2 Pass1 pass16(const u16* __restrict x, u8* __restrict key, u32& amax16, u32& amin1_16) {
+AMP_AVX2 Pass1 pass16(const u16* __restrict x, u8* __restrict key, u32& amax16, u32& amin1_16,
+                      Prefetch& pf) {
   constexpr int kShift = kBF16 ? 7 : 10;  // exponent field
   const __m256i absm = _mm256_set1_epi16(0x7FFF), ones = _mm256_set1_epi16(-1);
   const __m256i hi16 = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
@@ -554,6 +559,7 @@ AMP_AVX2 Pass1 pass16(const u16* __restrict x, u8* __restrict key, u32& amax16, 
     __m256 s = _mm256_setzero_ps(), q = s;
 #pragma GCC unroll 1  // unrolled, the loop spills registers
     for (int i = g; i < g + 128; i += 32) {
+      pf.step();
       const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
       const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16));
       const __m256i a0 = _mm256_and_si256(v0, absm), a1 = _mm256_and_si256(v1, absm);
@@ -595,7 +601,7 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restric
   constexpr int kKeyOff = kBF16 ? 0 : 112;  // key + kKeyOff: the float32 exponent byte
   alignas(32) u8 key[kBlock];
   u32 amax16 = 0, amin1_16 = 0;
-  Pass1 r = pass16<kBF16>(x, key, amax16, amin1_16);
+  Pass1 r = pass16<kBF16>(x, key, amax16, amin1_16, pf);
   if (amax16 >= kInf16 || amin1_16 < kMinNormal16 - 1) {  // NaN/inf or subnormals: as float32
     alignas(64) u32 buf[kBlock];
     convert16<kBF16>(x, buf);
@@ -633,8 +639,10 @@ AMP_AVX2 void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Bl
       g.next(n, buf);
       src = buf;
     } else {
-      const i64 next_n = std::clamp<i64>(total - pos - 2 * kBlock, 0, kBlock);  // see avx512
-      pf.p = reinterpret_cast<const char*>(src + 2 * kBlock);
+      // ahead within the whole tensor, not just [begin, end) (see the AVX-512 build)
+      const i64 ahead = kPrefetchAhead * kBlock;
+      const i64 next_n = std::clamp<i64>(total - pos - ahead, 0, kBlock);
+      pf.p = reinterpret_cast<const char*>(src + ahead);
       pf.end = pf.p + next_n * static_cast<i64>(sizeof(T));
     }
     block(src, n, pf);
