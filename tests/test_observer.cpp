@@ -462,3 +462,150 @@ TEST_F(ObserverTest, PerStepSeriesStaysBoundedAndKeepsTheMaximum) {
 }
 
 }  // namespace
+
+// ---- the C++ watch of unsampled steps (SessionOptions::watch_unsampled, detail::WatchFrame)
+
+/// A parent module (its output is checked on a watched step): Linear, BatchNorm (buffers the
+/// replay writes), Dropout (the CPU RNG) and an exp that overflows float32 when `boost` is set
+/// (bounded by a tanh otherwise).
+struct WatchFfn : torch::nn::Module {
+  torch::nn::Linear wi{nullptr}, wo{nullptr};
+  torch::nn::BatchNorm1d bn{nullptr};
+  torch::nn::Dropout drop{nullptr};
+  float boost = 1.0f;
+  WatchFfn() {
+    wi = register_module("wi", torch::nn::Linear(4, 8));
+    bn = register_module("bn", torch::nn::BatchNorm1d(8));
+    drop = register_module("drop", torch::nn::Dropout(0.25));
+    wo = register_module("wo", torch::nn::Linear(8, 4));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    LayerScope s(*this);
+    auto h = ampscope::forward(drop, ampscope::forward(bn, ampscope::forward(wi, x)));
+    return ampscope::forward(wo, torch::exp(torch::tanh(h) * boost));
+  }
+};
+
+/// The root marks itself with a LayerScope only (not replayable); `shift` makes a NaN with an
+/// op of its own, outside every ampscope::forward call.
+struct WatchNet : torch::nn::Module {
+  torch::nn::Linear inp{nullptr};
+  std::shared_ptr<WatchFfn> ffn;
+  float shift = 0.0f;
+  WatchNet() {
+    inp = register_module("inp", torch::nn::Linear(4, 4));
+    ffn = register_module("ffn", std::make_shared<WatchFfn>());
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    LayerScope s(*this);
+    auto h = ampscope::forward(inp, x);
+    if (shift != 0.0f) h = torch::log(h - shift);  // NaN where h < shift
+    return ampscope::forward(ffn, h);
+  }
+};
+
+/// What a run leaves behind: every parameter and buffer (bits), the next CPU random number.
+struct RunEnd {
+  std::vector<torch::Tensor> state;
+  float next_random = 0;
+  Report report;
+  bool same_as(const RunEnd& o) const {
+    if (state.size() != o.state.size() || next_random != o.next_random) return false;
+    for (std::size_t i = 0; i < state.size(); ++i) {  // bit patterns: NaN equals itself
+      if (!torch::equal(state[i].view(torch::kInt), o.state[i].view(torch::kInt))) return false;
+    }
+    return true;
+  }
+};
+
+/// Trains WatchNet for steps 0..5 (SGD); at step 5 the forward goes non-finite (through
+/// `boost` or `shift`). every = 0: unprofiled.
+RunEnd train_watch_net(int every, bool watch, float boost, float shift) {
+  torch::manual_seed(0);
+  auto net = std::make_shared<WatchNet>();
+  torch::optim::SGD opt(net->parameters(), 0.01);
+  auto x = torch::randn({16, 4});
+  std::unique_ptr<Session> session;
+  if (every > 0) {
+    ampscope::SessionOptions o;
+    o.every = every;
+    o.watch_unsampled = watch;
+    session = std::make_unique<Session>(o);
+    session->attach(*net, "net");
+    session->start();
+  }
+  for (int step = 0; step < 6; ++step) {
+    net->ffn->boost = step == 5 ? boost : 1.0f;
+    net->shift = step == 5 ? shift : 0.0f;
+    auto loss = net->forward(x).pow(2).mean();
+    opt.zero_grad();
+    loss.backward();
+    if (session) {
+      session->optimizer_step(opt);
+    } else {
+      opt.step();
+    }
+  }
+  RunEnd end;
+  if (session) {
+    session->stop();
+    end.report = session->report();
+  }
+  for (const auto& p : net->parameters()) end.state.push_back(p.detach().clone());
+  for (const auto& b : net->buffers()) end.state.push_back(b.detach().clone().to(torch::kFloat));
+  end.next_random = torch::rand({1}).item<float>();
+  return end;
+}
+
+TEST_F(ObserverTest, CppWatchReplaysTheModuleAndNamesTheOpAsAnObservedStepWould) {
+  // exp(h * 1000) overflows float32 at step 5, unsampled under every=4.
+  const RunEnd plain = train_watch_net(0, false, 1000.0f, 0.0f);
+  const RunEnd observed = train_watch_net(1, false, 1000.0f, 0.0f);  // every op observed
+  const RunEnd watched = train_watch_net(4, true, 1000.0f, 0.0f);
+  const RunEnd sentinel = train_watch_net(4, false, 1000.0f, 0.0f);  // the per-op sentinel
+  ASSERT_TRUE(observed.report.first_nonfinite.has_value());
+  const auto& want = *observed.report.first_nonfinite;
+  EXPECT_EQ(want.step, 5);
+  EXPECT_EQ(want.layer, "net.ffn");
+  EXPECT_EQ(want.op, "aten::exp");
+  for (const RunEnd* run : {&watched, &sentinel}) {
+    SCOPED_TRACE(run == &watched ? "watch" : "per-op sentinel");
+    ASSERT_TRUE(run->report.first_nonfinite.has_value());
+    const auto& got = *run->report.first_nonfinite;
+    EXPECT_EQ(got.step, want.step);
+    EXPECT_EQ(got.layer, want.layer);
+    EXPECT_EQ(got.op, want.op);
+    EXPECT_EQ(got.phase, want.phase) << got.op;
+    EXPECT_EQ(got.kind, want.kind);
+  }
+  // The replay ran Dropout (RNG) and BatchNorm (running stats) again: the training sees none
+  // of it, bit for bit.
+  EXPECT_TRUE(observed.same_as(plain));
+  EXPECT_TRUE(watched.same_as(plain));
+}
+
+TEST_F(ObserverTest, CppWatchOfACleanRunChangesNothingAndFindsNothing) {
+  const RunEnd plain = train_watch_net(0, false, 1.0f, 0.0f);
+  const RunEnd watched = train_watch_net(4, true, 1.0f, 0.0f);
+  EXPECT_FALSE(watched.report.first_nonfinite.has_value());
+  EXPECT_TRUE(watched.same_as(plain));
+  // Steps 0 and 4 recorded with stats; the watched steps observe no op (and replay nothing).
+  for (const auto& o : layer(watched.report, "net.inp").ops) {
+    if (o.phase == ampscope::Phase::kForward) EXPECT_EQ(o.calls, 2) << o.op;
+  }
+}
+
+TEST_F(ObserverTest, CppWatchBlamesTheLayerWhoseOwnOpsCannotBeReplayed) {
+  // log(h - 1000) in the root's own code: NaN before ffn's call. The root is a LayerScope,
+  // not a call ampscope can run again: the root's layer is named, the op is not.
+  const RunEnd watched = train_watch_net(4, true, 1.0f, 1000.0f);
+  ASSERT_TRUE(watched.report.first_nonfinite.has_value());
+  const auto& got = *watched.report.first_nonfinite;
+  EXPECT_EQ(got.step, 5);
+  EXPECT_EQ(got.layer, "net");
+  EXPECT_NE(got.op.find("not replayable"), std::string::npos) << got.op;
+  const RunEnd observed = train_watch_net(1, false, 1.0f, 1000.0f);
+  ASSERT_TRUE(observed.report.first_nonfinite.has_value());
+  EXPECT_EQ(observed.report.first_nonfinite->layer, "net");  // the same layer, op by op
+  EXPECT_EQ(observed.report.first_nonfinite->op, "aten::log");
+}

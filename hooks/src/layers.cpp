@@ -44,10 +44,19 @@ struct HookedParam {
 };
 
 /// The process-wide layer registry. Layer ids index `layers`.
+/// An attached module's layer. Modules are known by address; `owner` tells a live module from
+/// a new one built where a destroyed one was (a model rebuilt in the same process).
+struct AttachedModule {
+  LayerId id;
+  std::weak_ptr<const torch::nn::Module> owner;  ///< empty for a module not held by shared_ptr
+  bool shared;                                   ///< held by a shared_ptr when attached
+  bool gone() const { return shared && owner.expired(); }
+};
+
 struct Registry {
   std::mutex mu;
   std::vector<LayerInfo> layers{{"<outside>", "outside"}};
-  std::unordered_map<const torch::nn::Module*, LayerId> by_module;
+  std::unordered_map<const torch::nn::Module*, AttachedModule> by_module;
   std::unordered_map<std::string, LayerId> by_name{{"<outside>", kOutsideLayerId}};
   std::vector<std::shared_ptr<ParamSlot>> params;
   std::unordered_map<std::string, std::shared_ptr<ParamSlot>> params_by_name;
@@ -179,13 +188,19 @@ void hook_parameter(Registry& r, at::Tensor param, const std::string& name, Laye
 void attach_modules(torch::nn::Module& root, const std::string& prefix) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
+  // modules destroyed since they were attached: a new one may live at their address
+  for (auto it = r.by_module.begin(); it != r.by_module.end();) {
+    it = it->second.gone() ? r.by_module.erase(it) : std::next(it);
+  }
   if (r.by_module.count(&root)) return;
   for (const auto& item : root.named_modules(/*name_prefix=*/"", /*include_self=*/true)) {
     const torch::nn::Module* module = item.value().get();
     if (r.by_module.count(module)) continue;  // shared submodule: first name wins
     std::string name = qualified(prefix, item.key());
     LayerId id = add_layer_locked(r, name, type_name(*module));
-    r.by_module.emplace(module, id);
+    std::weak_ptr<const torch::nn::Module> owner = module->weak_from_this();
+    const bool shared = !owner.expired();
+    r.by_module.emplace(module, AttachedModule{id, std::move(owner), shared});
     for (const auto& p : item.value()->named_parameters(/*recurse=*/false)) {
       hook_parameter(r, p.value(), qualified(name, p.key()), id);
     }
@@ -247,7 +262,7 @@ LayerId find_layer(const torch::nn::Module& module) {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   auto it = r.by_module.find(&module);
-  return it == r.by_module.end() ? -1 : it->second;
+  return it == r.by_module.end() || it->second.gone() ? -1 : it->second.id;
 }
 
 LayerId layer_for_name(std::string_view name, std::string_view type) {

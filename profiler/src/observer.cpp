@@ -1211,6 +1211,9 @@ void Observer::push_layer(LayerId id) {
 void Observer::pop_layer() {
   if (!detail::tls.layers.empty()) detail::tls.layers.pop_back();
 }
+LayerId Observer::current_layer() {
+  return detail::tls.layers.empty() ? kOutsideLayerId : detail::tls.layers.back();
+}
 void Observer::push_phase(Phase p) {
   if (p == Phase::kOptimizer) {
     detail::global().after_backward.store(false, std::memory_order_relaxed);

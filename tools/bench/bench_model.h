@@ -71,7 +71,7 @@ struct LanguageModelImpl : nn::Module {
     LayerScope scope(*this);
     auto x = ampscope::forward(tok, idx) +
              ampscope::forward(pos, torch::arange(idx.size(1), idx.options()));
-    for (auto& b : blocks) x = b(x);
+    for (auto& b : blocks) x = ampscope::forward(b, x);  // a call a watched step can replay
     return ampscope::forward(head, ampscope::forward(ln_f, x));
   }
 };

@@ -4,9 +4,11 @@
 
 #include <ampscope/profiler/observer.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -121,6 +123,82 @@ decltype(auto) maybe_fp32(T&& v, bool pin) {
     return std::forward<T>(v);
   }
 }
+
+/// One ampscope::forward call on a watched unsampled step (SessionOptions::watch_unsampled):
+/// the C++ counterpart of the Python front end's module hooks (python/ampscope/_watch.py).
+/// A call is checked when its module holds others or no enclosing call on this thread is
+/// checked (a leaf's values reach its checked parent's output); its output going NaN/Inf is
+/// answered by a replay of the call under the per-op sentinel, which names the op. Constructed
+/// before the call's LayerScope; costs one check of the step's mode on other steps.
+class WatchFrame {
+ public:
+  /// `checkable`: the call returns one tensor and its arguments can be kept for a replay (a
+  /// call that cannot be checked leaves the check to the calls inside it).
+  WatchFrame(const torch::nn::Module& module, bool checkable);
+  ~WatchFrame();
+  WatchFrame(const WatchFrame&) = delete;
+  WatchFrame& operator=(const WatchFrame&) = delete;
+  /// This call's output is checked (the CPU RNG state it starts with is kept for a replay).
+  bool checked() const { return checked_; }
+  /// After a checked call: true when its output (or a child's) holds NaN/Inf that this call's
+  /// own ops made, and no origin is known yet. NaN/Inf already in `inputs` are handed to the
+  /// enclosing checked call (made by its ops), or, with none, recorded against the enclosing
+  /// layer (ops outside every ampscope::forward call cannot be replayed from C++).
+  bool tripped(const at::Tensor& output, const std::vector<at::Tensor>& inputs);
+  /// Runs `again` (the forward on copies of the inputs) from the RNG state the call started
+  /// with, under the per-op sentinel; puts back the RNG state and every buffer of `module` the
+  /// replay changed. An exception from `again` is swallowed: the call is then recorded as the
+  /// origin with the op unknown, as is a replay that makes no NaN/Inf.
+  void replay(torch::nn::Module& module, const std::function<at::Tensor()>& again);
+
+ private:
+  struct Saved;
+  WatchFrame* parent_ = nullptr;  ///< the enclosing call's frame on this thread
+  bool checked_ = false;
+  bool child_trip_ = false;       ///< a call inside got NaN/Inf made by this call's own ops
+  LayerId enclosing_layer_ = kOutsideLayerId;  ///< the layer the call was made in
+  std::unique_ptr<Saved> saved_;  ///< the RNG state at the call's start (checked calls)
+};
+
+/// A copy of a tensor argument for a replay (detached; undefined stays undefined).
+at::Tensor replay_copy(const at::Tensor& t);
+template <typename T>
+T replay_copy(const T& v) {
+  return v;
+}
+/// The tensor arguments of a call.
+template <typename... A>
+std::vector<at::Tensor> tensors_of(const std::tuple<A...>& args) {
+  std::vector<at::Tensor> out;
+  std::apply(
+      [&](const auto&... a) {
+        (([&] {
+           if constexpr (std::is_same_v<std::decay_t<decltype(a)>, at::Tensor>) out.push_back(a);
+         }()),
+         ...);
+      },
+      args);
+  return out;
+}
+
+/// A checked call (see WatchFrame): keeps handles of the arguments for a replay. `Out` is
+/// at::Tensor (a template parameter: this header does not include torch).
+template <typename Out, typename Holder, typename... Args>
+Out watched_forward(Holder& module, const LayerScope& scope, WatchFrame& watch, Args&&... args) {
+  std::tuple<std::decay_t<Args>...> kept(args...);  // handles, not copies of the data
+  Out out = module->forward(maybe_fp32(std::forward<Args>(args), scope.pinned())...);
+  if (watch.tripped(out, tensors_of(kept))) {
+    watch.replay(*module, [&]() -> Out {
+      return std::apply(
+          [&](const auto&... a) -> Out {
+            return module->forward(maybe_fp32(replay_copy(a), scope.pinned())...);
+          },
+          kept);
+    });
+  }
+  scope.returns(out);
+  return out;
+}
 }  // namespace detail
 
 /// Calls `module->forward(args...)` inside the module's LayerScope: the way to attribute
@@ -129,9 +207,19 @@ decltype(auto) maybe_fp32(T&& v, bool pin) {
 /// ModuleHolder (torch::nn::Linear) or a shared_ptr to a module.
 template <typename Holder, typename... Args>
 decltype(auto) forward(Holder& module, Args&&... args) {
-  LayerScope scope(*module);
   using Result = decltype(module->forward(detail::maybe_fp32(std::forward<Args>(args), false)...));
-  if constexpr (std::is_same_v<std::decay_t<Result>, at::Tensor>) {
+  constexpr bool kReturnsTensor = std::is_same_v<std::decay_t<Result>, at::Tensor>;
+  // a watched step checks the call when it can replay it: one tensor out, copyable arguments
+  detail::WatchFrame watch(
+      *module, kReturnsTensor && (std::is_copy_constructible_v<std::decay_t<Args>> && ...));
+  LayerScope scope(*module);
+  if constexpr (kReturnsTensor) {
+    if constexpr ((std::is_copy_constructible_v<std::decay_t<Args>> && ...)) {
+      if (watch.checked()) {
+        return detail::watched_forward<std::decay_t<Result>>(module, scope, watch,
+                                                             std::forward<Args>(args)...);
+      }
+    }
     at::Tensor out = module->forward(detail::maybe_fp32(std::forward<Args>(args), scope.pinned())...);
     scope.returns(out);
     return out;

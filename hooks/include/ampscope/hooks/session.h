@@ -38,9 +38,11 @@ struct SessionOptions {
   NameFilter ops;
   /// Also record a stats block of every op's floating inputs (op.input_stats).
   bool input_stats = false;
-  /// Unsampled steps watched by the front end (module outputs, parameter gradients, replays)
-  /// instead of the per-op sentinel: ObserverOptions::watch_unsampled. The Python front end
-  /// sets it; C++ programs (LayerScope, no module hooks) keep the per-op sentinel.
+  /// Unsampled steps watched (module outputs, parameter gradients, replays) instead of read op
+  /// by op by the per-op sentinel: ObserverOptions::watch_unsampled. The Python front end sets
+  /// it. In C++ the checked and replayable calls are those made through ampscope::forward
+  /// (detail::WatchFrame in layers.h): NaN/Inf made by a LayerScope-only module's own ops are
+  /// named by layer, not op, on a watched step. Off by default in C++.
   bool watch_unsampled = false;
 };
 

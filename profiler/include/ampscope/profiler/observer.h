@@ -179,6 +179,8 @@ class Observer {
   /// Pushes/pops the layer that ops on this thread are attributed to (forward attribution).
   static void push_layer(LayerId id);
   static void pop_layer();
+  /// The innermost layer pushed on this thread (kOutsideLayerId when none).
+  static LayerId current_layer();
   /// Pushes/pops a phase override on this thread (e.g. optimizer).
   static void push_phase(Phase p);
   static void pop_phase();
