@@ -591,7 +591,9 @@ TEST_F(ObserverTest, CppWatchOfACleanRunChangesNothingAndFindsNothing) {
   EXPECT_TRUE(watched.same_as(plain));
   // Steps 0 and 4 recorded with stats; the watched steps observe no op (and replay nothing).
   for (const auto& o : layer(watched.report, "net.inp").ops) {
-    if (o.phase == ampscope::Phase::kForward) EXPECT_EQ(o.calls, 2) << o.op;
+    if (o.phase == ampscope::Phase::kForward) {
+      EXPECT_EQ(o.calls, 2) << o.op;
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -149,7 +150,7 @@ void expect_same(const Stats& got, const Stats& want, const std::string& what,
   }
 }
 
-/// Every build of the CPU kernel this CPU can run (the portable one always), best last.
+/// Every build of the CPU kernel this CPU can run (the portable one always), widest last.
 std::vector<ampscope::StatsIsa> usable_isas() {
   std::vector<ampscope::StatsIsa> out;
   for (int i = 0; i < ampscope::kNumStatsIsas; ++i)
@@ -366,27 +367,112 @@ class SingleThreadedTorch : public ::testing::Environment {
 
 // ---------------------------------------------------------------- block basics
 
+constexpr ampscope::DType kSimdDtypes[] = {ampscope::DType::kFloat32, ampscope::DType::kFloat16,
+                                           ampscope::DType::kBFloat16};
+
 TEST(StatsBlock, IsaSelection) {
+  using ampscope::StatsIsa;
   const auto best = ampscope::stats_isa_best();
-  EXPECT_EQ(ampscope::stats_isa(), best);
-  EXPECT_TRUE(ampscope::stats_isa_usable(ampscope::StatsIsa::kPortable));
+  EXPECT_TRUE(ampscope::stats_isa_usable(StatsIsa::kPortable));
   EXPECT_TRUE(ampscope::stats_isa_usable(best));
-  for (int i = static_cast<int>(best) + 1; i < ampscope::kNumStatsIsas; ++i) {
-    const auto isa = static_cast<ampscope::StatsIsa>(i);  // better than the best: not usable
-    EXPECT_FALSE(ampscope::stats_isa_usable(isa));
-    EXPECT_FALSE(ampscope::set_stats_isa(isa));
-    EXPECT_EQ(ampscope::stats_isa(), best);
+  for (int i = static_cast<int>(best) + 1; i < ampscope::kNumStatsIsas; ++i)
+    EXPECT_FALSE(ampscope::stats_isa_usable(static_cast<StatsIsa>(i)));  // wider than the widest
+  for (auto dt : kSimdDtypes) {
+    const auto def = ampscope::stats_isa_default(dt);
+    EXPECT_TRUE(ampscope::stats_isa_usable(def));
+    EXPECT_EQ(ampscope::stats_isa(dt), def);
+    for (int i = 0; i < ampscope::kNumStatsIsas; ++i) {
+      const auto isa = static_cast<StatsIsa>(i);
+      EXPECT_EQ(ampscope::set_stats_isa(isa), ampscope::stats_isa_usable(isa)) << isa_str(isa);
+      EXPECT_EQ(ampscope::stats_isa(dt), ampscope::stats_isa_usable(isa) ? isa : def);
+      ampscope::set_stats_simd(true);
+      EXPECT_EQ(ampscope::stats_isa(dt), def);
+    }
+    ampscope::set_stats_simd(false);
+    EXPECT_FALSE(ampscope::stats_simd());
+    EXPECT_EQ(ampscope::stats_isa(dt), StatsIsa::kPortable);
+    ampscope::set_stats_simd(true);
+    EXPECT_EQ(ampscope::stats_isa(dt), def);
   }
-  ampscope::set_stats_simd(false);
-  EXPECT_FALSE(ampscope::stats_simd());
-  EXPECT_EQ(ampscope::stats_isa(), ampscope::StatsIsa::kPortable);
-  ampscope::set_stats_simd(true);
-  EXPECT_EQ(ampscope::stats_isa(), best);
-  EXPECT_EQ(isa_str(ampscope::StatsIsa::kAvx512), "avx512");
-  std::string names;
+  EXPECT_EQ(isa_str(StatsIsa::kAvx512), "avx512");
+  std::string names, used;
   for (auto isa : usable_isas()) names += isa_str(isa) + " ";
-  std::printf("stats kernel builds tested on this CPU: %s(in use: %s)\n", names.c_str(),
-              isa_str(best).c_str());
+  for (auto dt : kSimdDtypes) used += isa_str(ampscope::stats_isa(dt)) + " ";
+  std::printf("stats kernel builds tested on this CPU: %s(in use for float32/16/bf16: %s; %s)\n",
+              names.c_str(), used.c_str(), ampscope::stats_isa_choice().c_str());
+}
+
+TEST(StatsBlock, IsaRule) {
+  using ampscope::DType;
+  using ampscope::StatsIsa;
+  for (auto widest : {StatsIsa::kPortable, StatsIsa::kAvx2, StatsIsa::kAvx512}) {
+    for (auto dt : kSimdDtypes) {
+      EXPECT_EQ(ampscope::stats_isa_rule(dt, widest, false), widest);  // Intel, older AMD
+      const bool sixteen = dt != DType::kFloat32;
+      EXPECT_EQ(ampscope::stats_isa_rule(dt, widest, true),
+                sixteen && widest == StatsIsa::kAvx512 ? StatsIsa::kAvx2 : widest);
+    }
+    EXPECT_EQ(ampscope::stats_isa_rule(DType::kFloat64, widest, true), widest);
+  }
+}
+
+/// AMPSCOPE_STATS_ISA decides at the first use in a process: each case runs in a fresh one.
+TEST(StatsIsaDeathTest, EnvironmentNamesTheBuild) {
+  if (std::getenv("AMPSCOPE_STATS_ISA") != nullptr)
+    GTEST_SKIP() << "AMPSCOPE_STATS_ISA is set for the whole test run";
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto all_are = [](ampscope::StatsIsa isa) {
+    for (auto dt : kSimdDtypes)
+      if (ampscope::stats_isa_default(dt) != isa || ampscope::stats_isa(dt) != isa) return false;
+    return true;
+  };
+  for (auto isa : usable_isas()) {
+    const std::string name = isa_str(isa);
+    EXPECT_EXIT(
+        {
+          setenv("AMPSCOPE_STATS_ISA", name.c_str(), 1);
+          const bool ok =
+              all_are(isa) && ampscope::stats_isa_choice() == "AMPSCOPE_STATS_ISA=" + name;
+          std::exit(ok ? 0 : 1);
+        },
+        ::testing::ExitedWithCode(0), "")
+        << name;
+  }
+  // the rule's choice (nothing may decide before a child sets its environment: computed there)
+  auto is_the_rule = [] {
+    const std::string how = ampscope::stats_isa_choice();
+    const bool zen4 = how.rfind("AMD Zen 4", 0) == 0;
+    if (!zen4 && how != "the widest build this CPU runs") return false;
+    for (auto dt : kSimdDtypes)
+      if (ampscope::stats_isa_default(dt) !=
+          ampscope::stats_isa_rule(dt, ampscope::stats_isa_best(), zen4))
+        return false;
+    return true;
+  };
+  // a name it does not know, or a build this CPU cannot run: said on stderr, then the rule
+  std::vector<std::string> bad = {"avx1024"};
+  for (int i = 0; i < ampscope::kNumStatsIsas; ++i) {
+    const auto isa = static_cast<ampscope::StatsIsa>(i);
+    if (!ampscope::stats_isa_usable(isa)) bad.push_back(isa_str(isa));
+  }
+  for (const auto& name : bad) {
+    EXPECT_EXIT(
+        {
+          setenv("AMPSCOPE_STATS_ISA", name.c_str(), 1);
+          std::exit(is_the_rule() ? 0 : 1);
+        },
+        ::testing::ExitedWithCode(0), "AMPSCOPE_STATS_ISA=" + name + ".*using the default")
+        << name;
+  }
+  for (const char* name : {"", "auto"}) {
+    EXPECT_EXIT(
+        {
+          setenv("AMPSCOPE_STATS_ISA", name, 1);
+          std::exit(is_the_rule() ? 0 : 1);
+        },
+        ::testing::ExitedWithCode(0), "")
+        << name;
+  }
 }
 
 TEST(StatsBlock, FloatControlRestored) {

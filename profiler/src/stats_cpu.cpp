@@ -1,9 +1,9 @@
 // The CPU stats kernel's entry points: one read of the tensor, in cache-sized blocks, exact counts.
 //
-// Three builds of the block code, picked at run time from what the CPU has: AVX-512 F/BW/VL/DQ
-// (stats_cpu_avx512.cpp), AVX2/FMA/F16C (stats_cpu_avx2.cpp) and a portable one
-// (stats_cpu_portable.cpp: plain loops GCC auto-vectorises for baseline x86-64). All give
-// identical counts. The shared pieces (thresholds, accumulator,
+// Three builds of the block code: AVX-512 F/BW/VL/DQ (stats_cpu_avx512.cpp), AVX2/FMA/F16C
+// (stats_cpu_avx2.cpp) and a portable one (stats_cpu_portable.cpp: plain loops GCC
+// auto-vectorises for baseline x86-64), picked at run time (stats_isa.cpp). All give identical
+// counts. The shared pieces (thresholds, accumulator,
 // bit helpers) are in stats_kernel.h and stats_thresholds.h. This file dispatches and splits big
 // tensors across threads.
 #include <algorithm>
@@ -22,79 +22,14 @@ namespace {
 using detail::i64;
 using detail::kBlock;
 
-/// The build chosen by set_stats_isa (-1: none chosen, the best one).
-std::atomic<int> g_isa{-1};
-
-void run_dispatch(const TensorView& v, i64 b, i64 e, Stats& out) {
-  switch (stats_isa()) {
-    case StatsIsa::kAvx512:
-      detail::run_stats_avx512(v, b, e, out);
-      return;
-    case StatsIsa::kAvx2:
-      detail::run_stats_avx2(v, b, e, out);
-      return;
-    case StatsIsa::kPortable:
-      detail::run_stats_portable(v, b, e, out);
-      return;
-  }
-}
-
 }  // namespace
-
-std::string_view stats_isa_name(StatsIsa isa) {
-  switch (isa) {
-    case StatsIsa::kPortable:
-      return "portable";
-    case StatsIsa::kAvx2:
-      return "avx2";
-    case StatsIsa::kAvx512:
-      return "avx512";
-  }
-  return "unknown";
-}
-
-bool stats_isa_usable(StatsIsa isa) {
-  switch (isa) {
-    case StatsIsa::kPortable:
-      return true;
-    case StatsIsa::kAvx2:
-      return detail::stats_avx2_usable();
-    case StatsIsa::kAvx512:
-      return detail::stats_avx512_usable();
-  }
-  return false;
-}
-
-StatsIsa stats_isa_best() {
-  static const StatsIsa best = stats_isa_usable(StatsIsa::kAvx512) ? StatsIsa::kAvx512
-                               : stats_isa_usable(StatsIsa::kAvx2) ? StatsIsa::kAvx2
-                                                                   : StatsIsa::kPortable;
-  return best;
-}
-
-StatsIsa stats_isa() {
-  const int chosen = g_isa.load(std::memory_order_relaxed);
-  return chosen < 0 ? stats_isa_best() : static_cast<StatsIsa>(chosen);
-}
-
-bool set_stats_isa(StatsIsa isa) {
-  if (!stats_isa_usable(isa)) return false;
-  g_isa.store(static_cast<int>(isa), std::memory_order_relaxed);
-  return true;
-}
-
-void set_stats_simd(bool enabled) {
-  g_isa.store(enabled ? -1 : static_cast<int>(StatsIsa::kPortable), std::memory_order_relaxed);
-}
-
-bool stats_simd() { return stats_isa() != StatsIsa::kPortable; }
 
 void accumulate_stats(const TensorView& view, std::int64_t begin, std::int64_t end, Stats& out) {
   const i64 n = view.numel();
   begin = std::max<i64>(begin, 0);
   end = std::min<i64>(end, n);
   if (view.data == nullptr || begin >= end) return;
-  run_dispatch(view, begin, end, out);
+  detail::run_stats_isa(view, begin, end, out);
 }
 
 Stats compute_stats(const TensorView& view, int max_threads) {

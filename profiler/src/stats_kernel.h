@@ -159,4 +159,7 @@ bool stats_avx512_usable();
 /// Elements [begin, end) of any view, AVX-512 build (call only when stats_avx512_usable()).
 void run_stats_avx512(const TensorView& v, i64 begin, i64 end, Stats& out);
 
+/// Elements [begin, end) of any view by the build in use (stats_isa(), stats_isa.cpp).
+void run_stats_isa(const TensorView& v, i64 begin, i64 end, Stats& out);
+
 }  // namespace ampscope::detail

@@ -15,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ampscope/profiler/tensor_stats.h"
@@ -32,13 +33,14 @@ struct Options {
   int reps = 5;
   int threads = 0;                       // 0: torch's default and hardware_concurrency
   std::int64_t composed_max = 64 << 20;  // larger sizes: composed time extrapolated
+  std::vector<ampscope::StatsIsa> isas;  // builds timed, interleaved (empty: the defaults)
   std::string json;
 };
 
 void usage(const char* argv0) {
   std::printf(
       "usage: %s [--sizes 4K,64K,1M,16M,256M,1G] [--dtypes float32,float16,bfloat16] [--reps N]\n"
-      "          [--threads N] [--composed-max SIZE] [--isa avx512|avx2|portable] [--no-simd]\n"
+      "          [--threads N] [--composed-max SIZE] [--isa avx512,avx2,portable] [--no-simd]\n"
       "          [--json FILE]\n"
       "  Times ampscope::tensor_stats, at::sum and the same stats composed from ATen ops on randn\n"
       "  tensors of each size (bytes) and dtype; prints the median of N interleaved repetitions,\n"
@@ -50,8 +52,10 @@ void usage(const char* argv0) {
       "64M;\n"
       "                     it takes seconds per run); above it its time is extrapolated linearly\n"
       "                     from the largest timed size and marked '~'\n"
-      "  --isa NAME         time this build of the stats kernel (default: the best one the CPU\n"
-      "                     runs; error if the CPU cannot run it)\n"
+      "  --isa LIST         time these builds of the stats kernel, interleaved in each repetition\n"
+      "                     (default: the one ampscope picks per dtype: env AMPSCOPE_STATS_ISA,\n"
+      "                     else the widest the CPU runs, AVX2 for 16-bit dtypes on AMD Zen 4);\n"
+      "                     error if the CPU cannot run one\n"
       "  --no-simd          same as --isa portable\n",
       argv0);
 }
@@ -98,6 +102,19 @@ const char* dtype_name(c10::ScalarType t) {
   }
 }
 
+ampscope::DType dtype_of(c10::ScalarType t) {
+  switch (t) {
+    case at::kHalf:
+      return ampscope::DType::kFloat16;
+    case at::kBFloat16:
+      return ampscope::DType::kBFloat16;
+    case at::kDouble:
+      return ampscope::DType::kFloat64;
+    default:
+      return ampscope::DType::kFloat32;
+  }
+}
+
 std::string size_name(std::int64_t b) {
   if (b >= (1 << 30) && b % (1 << 30) == 0) return std::to_string(b >> 30) + " GiB";
   if (b >= (1 << 20) && b % (1 << 20) == 0) return std::to_string(b >> 20) + " MiB";
@@ -131,6 +148,7 @@ double median(std::vector<double> v) {
 struct Row {
   std::int64_t bytes, numel;
   const char* dtype;
+  std::string isa;                    // the build timed
   double stats_s, sum_s, composed_s;  // medians
   double stats_best_s, sum_best_s;    // best of the repetitions
   double stats_cpu_s, sum_cpu_s;      // process CPU seconds per call, mean over the repetitions
@@ -159,34 +177,54 @@ at::Tensor randn_of(std::int64_t n, c10::ScalarType dt) {
   return t;
 }
 
-/// Timed runs of the three ways on one tensor. `last_comp` (per dtype: numel and seconds of the
-/// largest composed run timed) scales the composed time of sizes above --composed-max.
-Row measure(std::int64_t bytes, c10::ScalarType dt, const Options& opt,
-            std::map<c10::ScalarType, std::pair<std::int64_t, double>>& last_comp) {
+/// Timed runs of the three ways on one tensor (the stats once per build of `opt.isas`, or by
+/// the default build). `last_comp` (per dtype: numel and seconds of the largest composed run
+/// timed) scales the composed time of sizes above --composed-max. One row per build.
+std::vector<Row> measure(std::int64_t bytes, c10::ScalarType dt, const Options& opt,
+                         std::map<c10::ScalarType, std::pair<std::int64_t, double>>& last_comp) {
   const std::int64_t esize = c10::elementSize(dt);
   const std::int64_t n = std::max<std::int64_t>(1, bytes / esize);
   auto t = randn_of(n, dt);
   // Enough inner iterations that a small tensor's time is measurable.
   const int inner =
       static_cast<int>(std::clamp<std::int64_t>((std::int64_t{4} << 20) / (n * esize), 1, 1000));
-  std::vector<double> ts, tsum, tcomp;
+  // the builds: as chosen, or the default one (-1)
+  std::vector<int> builds;
+  for (auto isa : opt.isas) builds.push_back(static_cast<int>(isa));
+  if (builds.empty()) builds.push_back(-1);
+  auto select = [](int b) {
+    if (b < 0)
+      ampscope::set_stats_simd(true);
+    else
+      ampscope::set_stats_isa(static_cast<ampscope::StatsIsa>(b));
+  };
+  const std::size_t nb = builds.size();
+  std::vector<std::vector<double>> ts(nb);
+  std::vector<double> tsum, tcomp, cpu_st(nb, 0.0);
   ampscope::Stats st, comp;
   volatile double sink = 0;
   const bool timed_comp = bytes <= opt.composed_max;
   // Warm up each once, then interleave the repetitions.
-  st = ampscope::tensor_stats(t);  // torch's pool, as the observer reads tensors
+  for (int b : builds) {
+    select(b);
+    st = ampscope::tensor_stats(t);  // torch's pool, as the observer reads tensors
+  }
   sink = sink + at::sum(t).item<double>();
   const bool big = bytes >= (64 << 20);  // composed takes seconds there: one timed run
   if (timed_comp && !big) comp = composed_stats(t);
   const int comp_inner = std::max(1, inner / 20);
-  double cpu_st = 0, cpu_sum = 0;
+  double cpu_sum = 0;
   for (int r = 0; r < opt.reps; ++r) {
-    ts.push_back(seconds_of(
-                     [&] {
-                       for (int k = 0; k < inner; ++k) st = ampscope::tensor_stats(t);
-                     },
-                     &cpu_st) /
-                 inner);
+    for (std::size_t k = 0; k < nb; ++k) {
+      const std::size_t b = (k + static_cast<std::size_t>(r)) % nb;  // rotated order
+      select(builds[b]);
+      ts[b].push_back(seconds_of(
+                          [&] {
+                            for (int i = 0; i < inner; ++i) st = ampscope::tensor_stats(t);
+                          },
+                          &cpu_st[b]) /
+                      inner);
+    }
     tsum.push_back(seconds_of(
                        [&] {
                          for (int k = 0; k < inner; ++k) sink = sink + at::sum(t).item<double>();
@@ -209,18 +247,25 @@ Row measure(std::int64_t bytes, c10::ScalarType dt, const Options& opt,
     comp_s =
         last_comp[dt].second * static_cast<double>(n) / static_cast<double>(last_comp[dt].first);
   }
-  return Row{bytes,
-             n,
-             dtype_name(dt),
-             median(ts),
-             median(tsum),
-             comp_s,
-             *std::min_element(ts.begin(), ts.end()),
-             *std::min_element(tsum.begin(), tsum.end()),
-             cpu_st / (opt.reps * inner),
-             cpu_sum / (opt.reps * inner),
-             agree,
-             !timed_comp};
+  std::vector<Row> rows;
+  for (std::size_t b = 0; b < nb; ++b) {
+    select(builds[b]);
+    rows.push_back(Row{bytes,
+                       n,
+                       dtype_name(dt),
+                       std::string(ampscope::stats_isa_name(ampscope::stats_isa(dtype_of(dt)))),
+                       median(ts[b]),
+                       median(tsum),
+                       comp_s,
+                       *std::min_element(ts[b].begin(), ts[b].end()),
+                       *std::min_element(tsum.begin(), tsum.end()),
+                       cpu_st[b] / (opt.reps * inner),
+                       cpu_sum / (opt.reps * inner),
+                       agree,
+                       !timed_comp});
+  }
+  ampscope::set_stats_simd(true);  // back to the defaults
+  return rows;
 }
 
 void print_row(const Row& row) {
@@ -232,8 +277,9 @@ void print_row(const Row& row) {
     std::snprintf(comp_ratio, sizeof(comp_ratio), "%s%.1f", row.extrapolated ? "~" : "",
                   row.composed_s / row.stats_s);
   }
-  std::printf("%-9s %-8s %10.3f %9.2f %10.3f %9.2f %8.2f %12s %9s %s\n",
-              size_name(row.bytes).c_str(), row.dtype, row.stats_s * 1e3, gb / row.stats_s,
+  std::printf("%-9s %-8s %-8s %10.3f %9.2f %10.3f %9.2f %8.2f %12s %9s %s\n",
+              size_name(row.bytes).c_str(), row.dtype, row.isa.c_str(), row.stats_s * 1e3,
+              gb / row.stats_s,
               row.sum_s * 1e3, gb / row.sum_s, row.ratio(), comp_ms, comp_ratio,
               row.agree ? "" : "(counts differ from composed!)");
   std::fflush(stdout);
@@ -246,25 +292,32 @@ void print_ratio_table(const std::vector<Row>& rows, const Options& opt) {
       "\nstats / at::sum throughput by median wall time, best wall time, CPU time; composed / "
       "stats "
       "time\n[bars: >= 0.5 (goal 0.8); >= 5]\n");
-  std::printf("%-9s", "size");
+  const std::size_t nb = std::max<std::size_t>(1, opt.isas.size());  // rows per size and dtype
+  std::printf("%-16s", "size");
   for (auto dt : opt.dtypes) std::printf(" | %-25s", dtype_name(dt));
   std::printf("\n");
   for (auto bytes : opt.sizes) {
-    std::printf("%-9s", size_name(bytes).c_str());
-    for (auto dt : opt.dtypes) {
-      for (const auto& r : rows) {
-        if (r.bytes != bytes || std::strcmp(r.dtype, dtype_name(dt)) != 0) continue;
-        char comp[32] = "n/a";
-        if (r.composed_s > 0)
-          std::snprintf(comp, sizeof(comp), "%s%.0fx", r.extrapolated ? "~" : "",
-                        r.composed_s / r.stats_s);
-        char cell[64];
-        std::snprintf(cell, sizeof(cell), "%.2f %.2f %.2f  %s", r.ratio(), r.best_ratio(),
-                      r.cpu_ratio(), comp);
-        std::printf(" | %-25s", cell);
+    for (std::size_t k = 0; k < nb; ++k) {
+      std::string label = size_name(bytes);
+      if (!opt.isas.empty()) label += " " + std::string(ampscope::stats_isa_name(opt.isas[k]));
+      std::printf("%-16s", label.c_str());
+      for (auto dt : opt.dtypes) {
+        std::size_t seen = 0;
+        for (const auto& r : rows) {
+          if (r.bytes != bytes || std::strcmp(r.dtype, dtype_name(dt)) != 0 || seen++ != k)
+            continue;
+          char comp[32] = "n/a";
+          if (r.composed_s > 0)
+            std::snprintf(comp, sizeof(comp), "%s%.0fx", r.extrapolated ? "~" : "",
+                          r.composed_s / r.stats_s);
+          char cell[64];
+          std::snprintf(cell, sizeof(cell), "%.2f %.2f %.2f  %s", r.ratio(), r.best_ratio(),
+                        r.cpu_ratio(), comp);
+          std::printf(" | %-25s", cell);
+        }
       }
+      std::printf("\n");
     }
-    std::printf("\n");
   }
 }
 
@@ -285,22 +338,33 @@ std::string cpu_model() {
   return model;
 }
 
+/// The default build of each dtype: "float32 avx512, float16 avx2, bfloat16 avx2".
+std::string builds_in_use() {
+  std::string out;
+  for (auto [dt, name] : {std::pair{ampscope::DType::kFloat32, "float32"},
+                          std::pair{ampscope::DType::kFloat16, "float16"},
+                          std::pair{ampscope::DType::kBFloat16, "bfloat16"}}) {
+    if (!out.empty()) out += ", ";
+    out += std::string(name) + " " + std::string(ampscope::stats_isa_name(ampscope::stats_isa_default(dt)));
+  }
+  return out;
+}
+
 bool write_json(const std::vector<Row>& rows, const Options& opt) {
   FILE* f = std::fopen(opt.json.c_str(), "w");
   if (f == nullptr) return false;
   std::fprintf(
       f, "{\n  \"benchmark\": \"stats\",\n  \"torch_threads\": %d,\n  \"stats_threads\": %d,\n",
       at::get_num_threads(), at::get_num_threads());
-  std::fprintf(f, "  \"simd\": %s,\n  \"isa\": \"%s\",\n  \"cpu\": \"%s\",\n",
-               ampscope::stats_simd() ? "true" : "false",
-               std::string(ampscope::stats_isa_name(ampscope::stats_isa())).c_str(),
-               cpu_model().c_str());
+  std::fprintf(f, "  \"default_isa\": \"%s\",\n  \"isa_choice\": \"%s\",\n",
+               builds_in_use().c_str(), ampscope::stats_isa_choice().c_str());
+  std::fprintf(f, "  \"cpu\": \"%s\",\n", cpu_model().c_str());
   std::fprintf(f, "  \"reps\": %d,\n  \"results\": [\n", opt.reps);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
     std::fprintf(
         f,
-        "    {\"bytes\": %lld, \"numel\": %lld, \"dtype\": \"%s\", \"stats_s\": %.9g, "
+        "    {\"bytes\": %lld, \"numel\": %lld, \"dtype\": \"%s\", \"isa\": \"%s\", \"stats_s\": %.9g, "
         "\"sum_s\": %.9g, "
         "\"stats_best_s\": %.9g, \"sum_best_s\": %.9g, \"stats_cpu_s\": %.9g, \"sum_cpu_s\": %.9g, "
         "\"composed_s\": %.9g, "
@@ -308,7 +372,8 @@ bool write_json(const std::vector<Row>& rows, const Options& opt) {
         "\"stats_over_sum_cpu_time\": %.4f, "
         "\"composed_over_stats_time\": %.3f, \"composed_extrapolated\": %s, "
         "\"counts_agree\": %s}%s\n",
-        static_cast<long long>(r.bytes), static_cast<long long>(r.numel), r.dtype, r.stats_s,
+        static_cast<long long>(r.bytes), static_cast<long long>(r.numel), r.dtype, r.isa.c_str(),
+        r.stats_s,
         r.sum_s, r.stats_best_s, r.sum_best_s, r.stats_cpu_s, r.sum_cpu_s, r.composed_s, r.ratio(),
         r.best_ratio(), r.cpu_ratio(), r.composed_s / r.stats_s, r.extrapolated ? "true" : "false",
         r.agree ? "true" : "false", i + 1 < rows.size() ? "," : "");
@@ -317,14 +382,14 @@ bool write_json(const std::vector<Row>& rows, const Options& opt) {
   return std::fclose(f) == 0;
 }
 
-/// Selects the stats kernel build named `name`; throws when unknown or not runnable here.
-void set_isa(const std::string& name) {
+/// The stats kernel build named `name`; throws when unknown or not runnable here.
+ampscope::StatsIsa isa_named(const std::string& name) {
   for (int i = 0; i < ampscope::kNumStatsIsas; ++i) {
     const auto isa = static_cast<ampscope::StatsIsa>(i);
     if (ampscope::stats_isa_name(isa) != name) continue;
-    if (!ampscope::set_stats_isa(isa))
+    if (!ampscope::stats_isa_usable(isa))
       throw std::runtime_error("this CPU cannot run --isa " + name);
-    return;
+    return isa;
   }
   throw std::runtime_error("unknown --isa " + name + " (avx512, avx2, portable)");
 }
@@ -363,9 +428,10 @@ bool parse_args(int argc, char** argv, Options& opt) {
     } else if (a == "--composed-max") {
       opt.composed_max = parse_size(value());
     } else if (a == "--no-simd") {
-      ampscope::set_stats_simd(false);
+      opt.isas = {ampscope::StatsIsa::kPortable};
     } else if (a == "--isa") {
-      set_isa(value());
+      opt.isas.clear();
+      for (auto& name : split(value())) opt.isas.push_back(isa_named(name));
     } else if (a == "--json") {
       opt.json = value();
     } else {
@@ -392,19 +458,20 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (opt.threads > 0) at::set_num_threads(opt.threads);
-  std::printf("cpu: %s, %u hardware threads; best stats build: %s\n", cpu_model().c_str(),
-              std::thread::hardware_concurrency(),
-              std::string(ampscope::stats_isa_name(ampscope::stats_isa_best())).c_str());
-  std::printf("threads: %d (torch's pool, at::sum and tensor_stats alike); stats kernel build: %s\n",
-              at::get_num_threads(), std::string(ampscope::stats_isa_name(ampscope::stats_isa())).c_str());
-  std::printf("%-9s %-8s %10s %9s %10s %9s %8s %12s %9s %s\n", "size", "dtype", "stats ms", "GB/s",
-              "sum ms", "GB/s", "st/sum", "composed ms", "comp/st", "");
+  std::printf("cpu: %s, %u hardware threads; default stats builds: %s (%s)\n", cpu_model().c_str(),
+              std::thread::hardware_concurrency(), builds_in_use().c_str(),
+              ampscope::stats_isa_choice().c_str());
+  std::printf("threads: %d (torch's pool, at::sum and tensor_stats alike)\n", at::get_num_threads());
+  std::printf("%-9s %-8s %-8s %10s %9s %10s %9s %8s %12s %9s %s\n", "size", "dtype", "build",
+              "stats ms", "GB/s", "sum ms", "GB/s", "st/sum", "composed ms", "comp/st", "");
   std::vector<Row> rows;
   std::map<c10::ScalarType, std::pair<std::int64_t, double>> last_comp;  // numel, seconds
   for (auto bytes : opt.sizes)
     for (auto dt : opt.dtypes) {
-      rows.push_back(measure(bytes, dt, opt, last_comp));
-      print_row(rows.back());
+      for (auto& row : measure(bytes, dt, opt, last_comp)) {
+        print_row(row);
+        rows.push_back(std::move(row));
+      }
     }
   std::printf(
       "st/sum: stats throughput / at::sum throughput (bar >= 0.5); comp/st: composed time / stats "

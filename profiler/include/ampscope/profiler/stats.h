@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -114,16 +115,28 @@ inline constexpr int kNumStatsIsas = 3;
 std::string_view stats_isa_name(StatsIsa isa);
 /// Whether this CPU (and this compiler's build) can run `isa`; kPortable always can.
 bool stats_isa_usable(StatsIsa isa);
-/// The best build this CPU can run: AVX-512 (F/BW/VL/DQ), else AVX2/FMA/F16C, else portable.
+/// The widest build this CPU runs: AVX-512 (F/BW/VL/DQ), else AVX2/FMA/F16C, else portable.
 StatsIsa stats_isa_best();
-/// The build in use (the best one unless a test or benchmark chose another).
-StatsIsa stats_isa();
+/// The build that reads `dtype` unless a test or benchmark chose one, decided once per process:
+/// AMPSCOPE_STATS_ISA when it names a build this CPU runs (avx512, avx2, portable; unset or
+/// "auto": the rule), else stats_isa_rule(dtype, stats_isa_best(), CPU is AMD Zen 4).
+StatsIsa stats_isa_default(DType dtype);
+/// The rule: the widest build, but float16 and bfloat16 on AVX2 on AMD Zen 4 (family 19h with
+/// AVX-512), where the AVX-512 build reads them 1.3x slower from L3 and memory (see
+/// stats_isa.cpp for the measurements).
+StatsIsa stats_isa_rule(DType dtype, StatsIsa widest, bool amd_zen4);
+/// How the defaults were decided, for benchmarks and logs: "AMPSCOPE_STATS_ISA=avx2", "the
+/// widest build this CPU runs", "AMD Zen 4: ...".
+std::string stats_isa_choice();
+/// The build that reads `dtype`: the one set_stats_isa chose, else stats_isa_default(dtype).
+StatsIsa stats_isa(DType dtype);
 /// Test and benchmark hook: selects a build; false (and no change) when the CPU cannot run it.
 bool set_stats_isa(StatsIsa isa);
 
-/// Whether the CPU kernel uses a SIMD build (stats_isa() != kPortable).
+/// Whether the CPU kernel reads float32 with a SIMD build (false: no SIMD build runs,
+/// AMPSCOPE_STATS_ISA=portable or set_stats_simd(false)).
 bool stats_simd();
-/// Test and benchmark hook: false forces the portable baseline build, true the best build.
+/// Test and benchmark hook: false forces the portable baseline build, true the defaults.
 void set_stats_simd(bool enabled);
 
 }  // namespace ampscope
