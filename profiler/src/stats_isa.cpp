@@ -1,15 +1,17 @@
 // Which build of the CPU stats kernel reads each dtype (see stats.h): AMPSCOPE_STATS_ISA when it
 // names one this CPU can run, else the widest, but for 16-bit sources on AMD Zen 4.
 //
-// Widest is not fastest everywhere. On AMD Zen 4 (family 19h with AVX-512; measured on an EPYC
-// of that family, 2026-12-06, 2 threads, interleaved in one process) the AVX-512 build reads
-// float16 and bfloat16 1.3x slower than the AVX2 build from L3 and memory (16 MiB: 0.18 against
-// 0.13 ns per element; 256 MiB: 0.19 / 0.17 against 0.14 / 0.13) and no faster in L2, while
-// float32 is 5-8% faster on it at every size. Zen 4 runs AVX-512 on 256-bit units; why its
-// 16-bit paths lose more from memory than in cache is not known. On the Intel Xeons of the
-// benchmarks the AVX-512 build is the faster one for every dtype. The rule is fixed, not timed
-// at start-up: a timing in cache does not see the difference, and a choice that could flip from
-// run to run would change the last bits of reported sums (the builds add in different orders).
+// Widest is not fastest everywhere. On AMD Zen 4 (family 19h with AVX-512; an EPYC of that
+// family, 2026-12-06, 2 threads, both builds interleaved in one process by `ampscope-bench-stats
+// --isa avx512,avx2`) the AVX-512 build reads float16 and bfloat16 from memory 1.1-1.35x slower
+// than the AVX2 build (256 MiB - 1 GiB: 0.31-0.38x `at::sum` against 0.39-0.49x), about as fast
+// in cache (1-16 MiB: within +-10% either way, run to run), while float32 is 5-15% faster on it
+// at every size. Zen 4 runs AVX-512 on 256-bit units; why its 16-bit paths lose from memory is
+// not known (software prefetch on or off makes no difference to them there). On the Intel Xeons
+// of the benchmarks the AVX-512 build is the faster one for every dtype. The rule is fixed, not
+// timed at start-up: a timing in cache does not see the difference, and a choice that could
+// flip from run to run would change the last bits of reported sums (the builds add in
+// different orders).
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>

@@ -122,8 +122,8 @@ StatsIsa stats_isa_best();
 /// "auto": the rule), else stats_isa_rule(dtype, stats_isa_best(), CPU is AMD Zen 4).
 StatsIsa stats_isa_default(DType dtype);
 /// The rule: the widest build, but float16 and bfloat16 on AVX2 on AMD Zen 4 (family 19h with
-/// AVX-512), where the AVX-512 build reads them 1.3x slower from L3 and memory (see
-/// stats_isa.cpp for the measurements).
+/// AVX-512), where the AVX-512 build reads them from memory 1.1-1.35x slower (see stats_isa.cpp
+/// for the measurements).
 StatsIsa stats_isa_rule(DType dtype, StatsIsa widest, bool amd_zen4);
 /// How the defaults were decided, for benchmarks and logs: "AMPSCOPE_STATS_ISA=avx2", "the
 /// widest build this CPU runs", "AMD Zen 4: ...".
