@@ -162,6 +162,9 @@ std::string tensor_stats_json(const at::Tensor& t) {
   return reports::stats_to_json(tensor_stats(t)).dump();
 }
 
+/// The stats kernel build reading each dtype, and why (benchmark headers).
+std::string stats_builds() { return stats_isa_summary(); }
+
 void reset_layers() { detach_all_modules(); }
 
 /// `alias` reaches the parameter named `name` (tied weights): one record, aliases listed.
@@ -221,6 +224,7 @@ TORCH_LIBRARY(ampscope, m) {
   m.def("report_json(str run_json) -> str", &ampscope::report_json);
   m.def("write_reports(str dir, str stem, str run_json) -> str", &ampscope::write_reports);
   m.def("tensor_stats(Tensor t) -> str", &ampscope::tensor_stats_json);
+  m.def("stats_builds() -> str", &ampscope::stats_builds);
   m.def("reset_layers() -> ()", &ampscope::reset_layers);
   m.def("param_alias(str name, str alias) -> ()", &ampscope::param_alias);
   m.def("param_grad(str name, str layer, str layer_type, Tensor grad) -> ()", &ampscope::param_grad);

@@ -157,6 +157,16 @@ StatsIsa stats_isa_default(DType dtype) {
 
 std::string stats_isa_choice() { return choice().how; }
 
+std::string stats_isa_summary() {
+  std::string out;
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    if (!out.empty()) out += ", ";
+    out += dt == DType::kFloat32 ? "float32 " : dt == DType::kFloat16 ? "float16 " : "bfloat16 ";
+    out += stats_isa_name(stats_isa(dt));
+  }
+  return out + " (" + stats_isa_choice() + ")";
+}
+
 StatsIsa stats_isa(DType dtype) {
   const int chosen = g_isa.load(std::memory_order_relaxed);
   return chosen < 0 ? stats_isa_default(dtype) : static_cast<StatsIsa>(chosen);

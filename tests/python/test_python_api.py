@@ -1,5 +1,6 @@
 """The Python front end on the C++ core: autocast truth, exact stats, backward attribution,
 precision maps, layer names. Oracle: torch itself (its casts, its autocast results)."""
+import json
 import math
 import warnings
 
@@ -106,6 +107,45 @@ def test_tensor_stats_counts_equal_torch_casts(dtype):
     exps = torch.floor(torch.log2(nz.abs())).long()
     assert sum(s["exp_hist"].values()) == nz.numel()
     assert s["exp_hist"][str(int(exps.min()))] == int((exps == exps.min()).sum())
+
+
+STATS_BY_BUILD = (
+    "import json, torch, ampscope\n"
+    "from ampscope import _core\n"
+    "g = torch.Generator().manual_seed(2)\n"
+    "out = {'builds': _core.ops().stats_builds()}\n"
+    "for d in ('float32', 'float16', 'bfloat16'):\n"
+    "    t = (torch.randn(1 << 17, generator=g) * 300).to(getattr(torch, d))\n"
+    "    out[d] = ampscope.tensor_stats(t)\n"
+    "print(json.dumps(out))\n")
+
+
+def test_the_stats_build_the_environment_names_counts_the_same(run_py, monkeypatch):
+    """AMPSCOPE_STATS_ISA picks the kernel build for every dtype (here the portable one); its
+    counts equal the default builds' value for value, its sums agree to rounding. A name it does
+    not know is one line on stderr, and the default builds run."""
+    monkeypatch.delenv("AMPSCOPE_STATS_ISA", raising=False)
+    default = run_py("-c", STATS_BY_BUILD)
+    monkeypatch.setenv("AMPSCOPE_STATS_ISA", "portable")
+    portable = run_py("-c", STATS_BY_BUILD)
+    monkeypatch.setenv("AMPSCOPE_STATS_ISA", "avx9")
+    unknown = run_py("-c", STATS_BY_BUILD)
+    for r in (default, portable, unknown):
+        assert r.returncode == 0, r.stderr
+    a, b, c = (json.loads(r.stdout) for r in (default, portable, unknown))
+    assert b["builds"] == ("float32 portable, float16 portable, bfloat16 portable "
+                           "(AMPSCOPE_STATS_ISA=portable)")
+    assert "AMPSCOPE_STATS_ISA" not in a["builds"] and c["builds"] == a["builds"]
+    assert "AMPSCOPE_STATS_ISA=avx9 is not a build" in unknown.stderr
+    assert "Traceback" not in unknown.stderr
+    for d in ("float32", "float16", "bfloat16"):
+        assert a[d]["overflow"]["float8_e4m3fn"] > 0  # values past 448: thresholds exercised
+        for key, value in a[d].items():
+            if key in ("mean", "rms"):
+                assert b[d][key] == pytest.approx(value, rel=1e-6), (d, key)
+            else:
+                assert b[d][key] == value, (d, key)
+        assert c[d] == a[d]
 
 
 def test_profiled_op_entry_stats_equal_torch():

@@ -196,9 +196,8 @@ def cpu_info():
                     break
     except OSError:
         pass
-    # The stats kernel's run-time choice (stats_cpu.cpp): AVX-512 F/BW/VL/DQ, else AVX2, else portable.
     isa = ("AVX-512" if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
-           else "AVX2" if "avx2" in flags else "portable")
+           else "AVX2" if "avx2" in flags else "no AVX2")
     extras = [f for f in ("avx512_bf16", "amx_bf16", "avx512_fp16") if f in flags]
     return model, isa + (" (" + ", ".join(extras) + ")" if extras else "")
 
@@ -279,8 +278,11 @@ def main(argv=None):
     if args.threads:
         torch.set_num_threads(args.threads)
     model, isa = cpu_info()
+    from ampscope import _core
+    builds = _core.ops().stats_builds()
     print(f"cpu: {model}, {os.cpu_count()} cpus, {isa}; torch {torch.__version__} "
           f"({torch.get_num_threads()} threads, kernels {torch.backends.cpu.get_cpu_capability()})")
+    print(f"ampscope stats builds: {builds}")
     print(f"loop: {LAYERS} x TransformerEncoderLayer({D_MODEL}, {HEADS}, {FFN}) + Linear, batch "
           f"{BATCH}x{SEQ}, AdamW; {rounds} rounds x {steps} steps per mode, rotated\n")
     results, raw = {}, {}
@@ -290,6 +292,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"benchmark": "python_overhead", "cpu": model, "isa": isa,
+                       "stats_builds": builds,
                        "torch": torch.__version__, "threads": torch.get_num_threads(),
                        "rounds": rounds, "steps": steps,
                        "median_s_per_step": results,

@@ -33,6 +33,17 @@ def randn_of(nbytes, dtype):
     return t
 
 
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
 def measure(t, reps, ampscope):
     ts, tsum = [], []
     ampscope.tensor_stats(t)
@@ -62,7 +73,9 @@ def main(argv=None):
         print(f"ampscope: error: bad --sizes or --dtypes: {e}", file=sys.stderr)
         return 2
     import ampscope
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cpus")
+    from ampscope import _core
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cpus; "
+          f"{cpu_model()}; ampscope stats builds: {_core.ops().stats_builds()}")
     print(f"{'size':>8} {'dtype':>9} {'stats ms':>9} {'sum ms':>8} {'stats/sum thr':>14}")
     rows = []
     for nbytes in sizes:
@@ -78,6 +91,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"benchmark": "python_stats", "threads": torch.get_num_threads(),
+                       "cpu": cpu_model(), "stats_builds": _core.ops().stats_builds(),
                        "results": rows}, f, indent=2)
     return 0
 

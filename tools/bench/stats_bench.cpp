@@ -15,7 +15,6 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <utility>
 #include <vector>
 
 #include "ampscope/profiler/tensor_stats.h"
@@ -338,26 +337,13 @@ std::string cpu_model() {
   return model;
 }
 
-/// The default build of each dtype: "float32 avx512, float16 avx2, bfloat16 avx2".
-std::string builds_in_use() {
-  std::string out;
-  for (auto [dt, name] : {std::pair{ampscope::DType::kFloat32, "float32"},
-                          std::pair{ampscope::DType::kFloat16, "float16"},
-                          std::pair{ampscope::DType::kBFloat16, "bfloat16"}}) {
-    if (!out.empty()) out += ", ";
-    out += std::string(name) + " " + std::string(ampscope::stats_isa_name(ampscope::stats_isa_default(dt)));
-  }
-  return out;
-}
-
 bool write_json(const std::vector<Row>& rows, const Options& opt) {
   FILE* f = std::fopen(opt.json.c_str(), "w");
   if (f == nullptr) return false;
   std::fprintf(
       f, "{\n  \"benchmark\": \"stats\",\n  \"torch_threads\": %d,\n  \"stats_threads\": %d,\n",
       at::get_num_threads(), at::get_num_threads());
-  std::fprintf(f, "  \"default_isa\": \"%s\",\n  \"isa_choice\": \"%s\",\n",
-               builds_in_use().c_str(), ampscope::stats_isa_choice().c_str());
+  std::fprintf(f, "  \"default_isa\": \"%s\",\n", ampscope::stats_isa_summary().c_str());
   std::fprintf(f, "  \"cpu\": \"%s\",\n", cpu_model().c_str());
   std::fprintf(f, "  \"reps\": %d,\n  \"results\": [\n", opt.reps);
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -458,9 +444,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (opt.threads > 0) at::set_num_threads(opt.threads);
-  std::printf("cpu: %s, %u hardware threads; default stats builds: %s (%s)\n", cpu_model().c_str(),
-              std::thread::hardware_concurrency(), builds_in_use().c_str(),
-              ampscope::stats_isa_choice().c_str());
+  std::printf("cpu: %s, %u hardware threads; default stats builds: %s\n", cpu_model().c_str(),
+              std::thread::hardware_concurrency(), ampscope::stats_isa_summary().c_str());
   std::printf("threads: %d (torch's pool, at::sum and tensor_stats alike)\n", at::get_num_threads());
   std::printf("%-9s %-8s %-8s %10s %9s %10s %9s %8s %12s %9s %s\n", "size", "dtype", "build",
               "stats ms", "GB/s", "sum ms", "GB/s", "st/sum", "composed ms", "comp/st", "");
