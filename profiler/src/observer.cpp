@@ -173,6 +173,12 @@ ThreadState& thread_state() {
     tls.top = nullptr;
     tls.by_pointer.clear();  // op filters may differ from the previous run's
     tls.by_name.clear();
+    // nothing of a previous run's stacks and backward passes carries over
+    tls.layers.clear();
+    tls.phases.clear();
+    tls.backward_layer = kOutsideLayerId;
+    tls.graph_task = tls.loss_task = -2;
+    tls.producers.clear();
     if (!tls.table) tls.table = global().new_table();
   }
   return tls;
@@ -460,7 +466,7 @@ bool watched(const GlobalState& g, std::int64_t step, const ThreadState& t) {
   return t.replaying == 0 && watched_step(g, step);
 }
 
-/// Switches the op callbacks off for watched steps of runs without a GradScaler, on otherwise.
+/// Switches the op callbacks off for watched steps (up to a GradScaler's unscale), on otherwise.
 void refresh_callbacks();
 
 /// On a watched step the per-op sentinel keeps only forward ops outside every module (a loss
@@ -553,10 +559,15 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (depth == 0 && compiled_regions() > 0 && current_point() == nullptr) return nullptr;
   std::int64_t step = g.step.load(std::memory_order_relaxed);
   if (depth == 0 && fn.scope() == at::RecordScope::FUNCTION && fn.name()[0] == 'a') {
-    if (fn.name() == kUnscale && !g.scaler_seen.exchange(true)) refresh_callbacks();
+    if (fn.name() == kUnscale) {
+      g.scaler_open.store(true);
+      if (!g.scaler_seen.exchange(true)) refresh_callbacks();
+    }
     if (fn.name() == kUpdateScale) {
       resolve_pending_by_scaler(fn);
       step = update_scale_step(g);
+      g.scaler_open.store(false);  // this call keeps its callbacks (RecordFunction took them)
+      refresh_callbacks();
     }
   }
   // Unsampled steps keep the sentinel: outputs checked for NaN/Inf, nothing else recorded.
@@ -1088,28 +1099,52 @@ void on_end(const at::RecordFunction& fn, at::ObserverContext* ctx) {
 }
 
 at::CallbackHandle g_handle = at::INVALID_CALLBACK_HANDLE;
+/// The light callback of watched steps in runs with a GradScaler (on_scaler_start): no inputs or
+/// outputs boxed, it only waits for the scaler's unscale.
+at::CallbackHandle g_scaler_handle = at::INVALID_CALLBACK_HANDLE;
+bool g_scaler_callback_on = false;  ///< guarded by g_callback_mu
 std::mutex g_control_mu;
 
 std::mutex g_callback_mu;
 bool g_callback_on = true;     ///< g_handle is enabled (guarded by g_callback_mu)
 std::atomic<int> g_replays{0};  ///< replays running on any thread
 
-/// The op callbacks run on every step except watched ones of a run without a GradScaler, where
-/// the front end's checks (module outputs, parameter gradients) replace them; a replay needs
-/// them. With a GradScaler they keep watching its updates (which end skipped steps) and the ops
-/// outside every module (watch_skips).
+/// Enables or disables a callback; `on` is its current state (caller holds g_callback_mu).
+void switch_callback(at::CallbackHandle handle, bool want, bool& on) {
+  if (handle == at::INVALID_CALLBACK_HANDLE || want == on) return;
+  if (want) {
+    at::reenableCallback(handle);
+  } else {
+    at::disableCallback(handle);
+  }
+  on = want;
+}
+
+/// The op callbacks run on every step except watched ones, where the front end's checks (module
+/// outputs, parameter gradients) replace them; a replay needs them. In a run with a GradScaler, a
+/// watched step turns them back on at the scaler's unscale (seen by the light callback, which
+/// boxes nothing) until its update: the update decides the fate of the step's non-finite
+/// gradients, ends skipped steps and goes into the loss-scale history.
 void refresh_callbacks() {
   auto& g = global();
   std::lock_guard<std::mutex> lock(g_callback_mu);
   if (g_handle == at::INVALID_CALLBACK_HANDLE) return;
-  const bool on = !watched_step(g, g.step.load()) || g.scaler_seen.load() || g_replays.load() > 0;
-  if (on == g_callback_on) return;
-  if (on) {
-    at::reenableCallback(g_handle);
-  } else {
-    at::disableCallback(g_handle);
-  }
-  g_callback_on = on;
+  const bool on = !watched_step(g, g.step.load()) || g.scaler_open.load() || g_replays.load() > 0;
+  switch_callback(g_handle, on, g_callback_on);
+  switch_callback(g_scaler_handle, !on && g.scaler_seen.load(), g_scaler_callback_on);
+}
+
+/// The light callback: the GradScaler's unscale opens the end of the iteration (see
+/// refresh_callbacks).
+std::unique_ptr<at::ObserverContext> on_scaler_start(const at::RecordFunction& fn) {
+  auto& g = global();
+  const char* name = fn.name();
+  if (!g.running.load(std::memory_order_relaxed) || std::strncmp(name, "aten::_amp_", 11) != 0 ||
+      name != kUnscale)
+    return nullptr;
+  g.scaler_open.store(true);
+  refresh_callbacks();
+  return nullptr;
 }
 
 /// A step ended: non-finite gradients of a run without a GradScaler are harmful now (with a
@@ -1162,9 +1197,13 @@ void Observer::start(const ObserverOptions& options) {
           .needsInputs(true)
           .needsOutputs(true)
           .scopes({at::RecordScope::FUNCTION, at::RecordScope::BACKWARD_FUNCTION}));
+  detail::g_scaler_handle = at::addGlobalCallback(
+      at::RecordFunctionCallback(&detail::on_scaler_start).scopes({at::RecordScope::FUNCTION}));
+  at::disableCallback(detail::g_scaler_handle);
   {
     std::lock_guard<std::mutex> cb(detail::g_callback_mu);
     detail::g_callback_on = true;
+    detail::g_scaler_callback_on = false;
   }
 }
 
@@ -1176,8 +1215,10 @@ void Observer::stop() {
   {
     std::lock_guard<std::mutex> cb(detail::g_callback_mu);
     at::removeCallback(detail::g_handle);
-    detail::g_handle = at::INVALID_CALLBACK_HANDLE;
+    at::removeCallback(detail::g_scaler_handle);
+    detail::g_handle = detail::g_scaler_handle = at::INVALID_CALLBACK_HANDLE;
     detail::g_callback_on = true;
+    detail::g_scaler_callback_on = false;
   }
   detail::device_stop();
 }

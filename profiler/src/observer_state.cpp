@@ -173,6 +173,7 @@ void GlobalState::reset() {
   have_pending.store(false);
   armed_from.store(-1);
   scaler_seen.store(false);
+  scaler_open.store(false);
   forward_seen.store(false);
   optimizer_stepped.store(false);
   after_backward.store(false);

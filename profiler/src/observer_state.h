@@ -111,6 +111,7 @@ struct GlobalState {
   std::optional<NonFiniteRecord> scaler_caught;  ///< first non-finite gradients a scaler caught
   std::int64_t scaler_caught_steps = 0;
   std::atomic<bool> scaler_seen{false};  ///< a GradScaler unscaled or updated in this run
+  std::atomic<bool> scaler_open{false};  ///< a GradScaler unscaled, its update still to come
   std::atomic<bool> forward_seen{false};  ///< a layer was entered: setup is over
   std::atomic<bool> optimizer_stepped{false};  ///< an optimizer step ran in this run
   std::atomic<bool> after_backward{false};  ///< a backward ran since the last forward/step

@@ -168,7 +168,7 @@ class Tracker:
         if not stack:  # a forward starts: is its step watched (see _watch)?
             local.mode = ops.watch_mode()
         mode = getattr(local, "mode", 0)
-        if mode != 2:  # the ops are observed, or a GradScaler's callbacks need the layers
+        if mode != 2:  # the op callbacks are on: they attribute ops to the layers
             ops.push_layer_id(info.lid)
         # a watched step checks the outputs of the root and of modules holding others
         stack.append(_watch.Frame(info, mode != 2, mode != 0 and (info.parent or not stack)))

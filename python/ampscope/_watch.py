@@ -1,9 +1,9 @@
 """The watch of unsampled steps (ObserverOptions::watch_unsampled in the core).
 
-A step that carries no stats is not observed op by op: the op callbacks are off (on with a
-GradScaler, which they watch), and the module hooks check the outputs of the root and of every
-module holding others for NaN/Inf (a leaf's values reach its parent's output), the core's C++
-gradient hooks check parameter gradients. A module whose output went non-finite is replayed:
+A step that carries no stats is not observed op by op: the op callbacks are off (with a
+GradScaler, on from its unscale to its update, to see the update), the module hooks check the
+outputs of the root and of every module holding others for NaN/Inf (a leaf's values reach its
+parent's output), and the core's C++ gradient hooks check parameter gradients. A module whose output went non-finite is replayed:
 its forward runs again on copies of its inputs and buffers, from the RNG state it started with,
 under the per-op sentinel, which names the op at this step and layer exactly as an observed step
 would. The training run never sees the replay: the originals keep their values and versions and

@@ -263,3 +263,52 @@ def test_stock_models_watched_stay_clean_and_train_exactly_as_unprofiled(kind):
     assert watched == plain
     assert report["first_nonfinite"] is None and report["recommendations"] == []
     assert any("watched at module outputs" in n for n in report["run"]["notes"])
+
+
+def train_scaled(every, planted=(3, 6), steps=11):
+    """float16 steps with a GradScaler; the loss of the planted steps overflows the float16
+    gradients, so the scaler skips them. Returns the report (None unprofiled), the scaler's
+    scale after each update, and the final parameters."""
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(m.parameters(), lr=1e-3)
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 10, growth_interval=3)
+    g = torch.Generator().manual_seed(1)
+    data = [(torch.randn(8, 16, generator=g), torch.randn(8, 1, generator=g)) for _ in range(steps)]
+    ctx = ampscope.profile(model=m, out=None, every=every) if every else None
+    if ctx:
+        ctx.__enter__()
+    scales = []
+    try:
+        for step, (x, y) in enumerate(data):
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = nn.functional.mse_loss(m(x).float(), y) * (1e9 if step in planted else 1.0)
+            opt.zero_grad()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            scales.append(scaler.get_scale())
+    finally:
+        if ctx:
+            ctx.__exit__(None, None, None)
+    return (ctx.report if ctx else None), scales, [p.detach().clone() for p in m.parameters()]
+
+
+def test_a_gradscaler_run_watched_keeps_every_update():
+    """Watched steps of a run with a GradScaler leave the op callbacks off until the scaler's
+    unscale (a light callback waits for it), then see its update: the loss-scale history and the
+    skipped steps are those of the run observed op by op, and training is unchanged. (What the
+    scaler caught is not compared: after other profile runs in the same process, and now and
+    then in a fresh one, step 6's caught overflow is reported as harmful, with every=1 too and
+    before the light callback too: a known bug, see the README's limits.)"""
+    _, scales, plain = train_scaled(None)
+    per_op, scales1, p1 = train_scaled(1)
+    watched, scales4, p4 = train_scaled(4)
+    assert scales1 == scales4 == scales
+    history = [(p["step"], p["scale"], p["found_inf"]) for p in per_op["loss_scale"]]
+    assert history == [(s, scales[s], s in (3, 6)) for s in range(len(scales))]
+    assert [(p["step"], p["scale"], p["found_inf"]) for p in watched["loss_scale"]] == history
+    for r in (per_op, watched):
+        assert r["run"]["steps"] == len(scales)
+    for a, b, c in zip(plain, p1, p4):  # the profiler changes nothing
+        assert torch.equal(a, b) and torch.equal(a, c)

@@ -39,8 +39,9 @@ def make_model(seed=0):
 class Loop:
     """One model, its optimizer and fixed data: step() is one training step."""
 
-    def __init__(self, dtype, seed=0):
+    def __init__(self, dtype, seed=0, scaler=False):
         self.model = make_model(seed)
+        self.scaler = torch.amp.GradScaler("cpu") if scaler else None
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4)
         g = torch.Generator().manual_seed(seed + 1)
         self.x = torch.randn(BATCH, SEQ, D_MODEL, generator=g)
@@ -54,8 +55,13 @@ class Loop:
             out = self.model(self.x)
             loss = nn.functional.mse_loss(out.float(), self.y)
         self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
+        if self.scaler is None:
+            loss.backward()
+            self.opt.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.opt)
+            self.scaler.update()
         return loss
 
 
@@ -160,8 +166,8 @@ def timed_block(loop, mode, steps):
         return (time.perf_counter() - t0) / steps
 
 
-def run_dtype(dtype, names, rounds, steps):
-    loop = Loop(dtype)
+def run_dtype(dtype, names, rounds, steps, scaler=False):
+    loop = Loop(dtype, scaler=scaler)
     duo = DuoLoop(loop) if "HF DebugUnderflowOverflow" in names else None
     for _ in range(3):  # warm up: allocator, autocast caches, AdamW state
         loop.step()
@@ -259,6 +265,8 @@ def main(argv=None):
     ap.add_argument("--dtypes", default="float32,bfloat16", help="float32,bfloat16 (default both)")
     ap.add_argument("--modes", default=None, help="comma-separated subset of the modes (see below)")
     ap.add_argument("--threads", type=int, default=None, help="torch intra-op threads")
+    ap.add_argument("--scaler", action="store_true",
+                    help="every mode's loop steps through torch.amp.GradScaler('cpu')")
     ap.add_argument("--json", default=None, help="also write the results here")
     args = ap.parse_args(argv)
     rounds = args.rounds if args.rounds is not None else (3 if args.quick else 7)
@@ -284,17 +292,18 @@ def main(argv=None):
           f"({torch.get_num_threads()} threads, kernels {torch.backends.cpu.get_cpu_capability()})")
     print(f"ampscope stats builds: {builds}")
     print(f"loop: {LAYERS} x TransformerEncoderLayer({D_MODEL}, {HEADS}, {FFN}) + Linear, batch "
-          f"{BATCH}x{SEQ}, AdamW; {rounds} rounds x {steps} steps per mode, rotated\n")
+          f"{BATCH}x{SEQ}, AdamW{' + GradScaler' if args.scaler else ''}; {rounds} rounds x {steps} "
+          f"steps per mode, rotated\n")
     results, raw = {}, {}
     for d in dtypes:
-        results[d], raw[d] = run_dtype(d, names, rounds, steps)
+        results[d], raw[d] = run_dtype(d, names, rounds, steps, args.scaler)
     print_table(results, dtypes, names)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"benchmark": "python_overhead", "cpu": model, "isa": isa,
                        "stats_builds": builds,
                        "torch": torch.__version__, "threads": torch.get_num_threads(),
-                       "rounds": rounds, "steps": steps,
+                       "rounds": rounds, "steps": steps, "scaler": args.scaler,
                        "median_s_per_step": results,
                        "ratio_to_off": {d: {n: results[d][n] / results[d]["off"] for n in names}
                                         for d in dtypes},
