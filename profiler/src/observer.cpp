@@ -173,12 +173,6 @@ ThreadState& thread_state() {
     tls.top = nullptr;
     tls.by_pointer.clear();  // op filters may differ from the previous run's
     tls.by_name.clear();
-    // nothing of a previous run's stacks and backward passes carries over
-    tls.layers.clear();
-    tls.phases.clear();
-    tls.backward_layer = kOutsideLayerId;
-    tls.graph_task = tls.loss_task = -2;
-    tls.producers.clear();
     if (!tls.table) tls.table = global().new_table();
   }
   return tls;
