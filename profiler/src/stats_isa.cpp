@@ -70,9 +70,9 @@ bool amd_zen4() {
 #endif
 }
 
+/// The default build of each DType (indexed by its value), and how it was decided.
 struct Choice {
-  int forced = -1;  ///< the build AMPSCOPE_STATS_ISA names (-1: none)
-  bool zen4 = false;
+  StatsIsa by_dtype[4] = {};
   std::string how;
 };
 
@@ -80,7 +80,6 @@ struct Choice {
 /// is said once on stderr, and the rule decides.
 Choice choose() {
   Choice c;
-  c.zen4 = amd_zen4();
   const char* env = std::getenv("AMPSCOPE_STATS_ISA");
   if (env != nullptr && *env != '\0' && std::strcmp(env, "auto") != 0) {
     bool known = false;
@@ -88,7 +87,7 @@ Choice choose() {
       if (stats_isa_name(isa) != env) continue;
       known = true;
       if (stats_isa_usable(isa)) {
-        c.forced = static_cast<int>(isa);
+        for (auto& b : c.by_dtype) b = isa;
         c.how = std::string("AMPSCOPE_STATS_ISA=") + env;
         return c;
       }
@@ -100,8 +99,11 @@ Choice choose() {
                          "or auto); using the default\n",
                  env);
   }
-  c.how = c.zen4 ? "AMD Zen 4: float16/bfloat16 on avx2, the rest on the widest build"
-                 : "the widest build this CPU runs";
+  const bool zen4 = amd_zen4();
+  for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat64})
+    c.by_dtype[static_cast<int>(dt)] = stats_isa_rule(dt, stats_isa_best(), zen4);
+  c.how = zen4 ? "AMD Zen 4: float16/bfloat16 on avx2, the rest on the widest build"
+               : "the widest build this CPU runs";
   return c;
 }
 
@@ -149,11 +151,7 @@ StatsIsa stats_isa_best() {
   return best;
 }
 
-StatsIsa stats_isa_default(DType dtype) {
-  const Choice& c = choice();
-  if (c.forced >= 0) return static_cast<StatsIsa>(c.forced);
-  return stats_isa_rule(dtype, stats_isa_best(), c.zen4);
-}
+StatsIsa stats_isa_default(DType dtype) { return choice().by_dtype[static_cast<int>(dtype)]; }
 
 std::string stats_isa_choice() { return choice().how; }
 

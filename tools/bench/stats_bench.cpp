@@ -101,19 +101,6 @@ const char* dtype_name(c10::ScalarType t) {
   }
 }
 
-ampscope::DType dtype_of(c10::ScalarType t) {
-  switch (t) {
-    case at::kHalf:
-      return ampscope::DType::kFloat16;
-    case at::kBFloat16:
-      return ampscope::DType::kBFloat16;
-    case at::kDouble:
-      return ampscope::DType::kFloat64;
-    default:
-      return ampscope::DType::kFloat32;
-  }
-}
-
 std::string size_name(std::int64_t b) {
   if (b >= (1 << 30) && b % (1 << 30) == 0) return std::to_string(b >> 30) + " GiB";
   if (b >= (1 << 20) && b % (1 << 20) == 0) return std::to_string(b >> 20) + " MiB";
@@ -252,7 +239,7 @@ std::vector<Row> measure(std::int64_t bytes, c10::ScalarType dt, const Options& 
     rows.push_back(Row{bytes,
                        n,
                        dtype_name(dt),
-                       std::string(ampscope::stats_isa_name(ampscope::stats_isa(dtype_of(dt)))),
+                       std::string(ampscope::stats_isa_name(ampscope::stats_isa(*ampscope::to_dtype(dt)))),
                        median(ts[b]),
                        median(tsum),
                        comp_s,
