@@ -177,7 +177,7 @@ void hook_parameter(Registry& r, at::Tensor param, const std::string& name, Laye
   auto slot = new_slot_locked(r, name, dtype_name(static_cast<std::int8_t>(param.scalar_type())),
                               layer);
   if (!param.requires_grad()) return;
-  Observer::name_param(param.unsafeGetTensorImpl(), layer);  // AccumulateGrad -> this layer
+  Observer::name_param(param, layer);  // AccumulateGrad -> this layer
   HookedParam h{param, nullptr, nullptr, slot};
   add_grad_hook(h);
   r.hooks.push_back(std::move(h));

@@ -130,7 +130,7 @@ void note_unattributed(std::string layer, std::string type, std::string what, st
 }
 /// A parameter's owning layer, for AccumulateGrad attribution (Python front end).
 void name_param(const at::Tensor& param, std::string layer, std::string type) {
-  Observer::name_param(param.unsafeGetTensorImpl(), layer_for_name(layer, type));
+  Observer::name_param(param, layer_for_name(layer, type));
 }
 void push_phase(std::string phase) { Observer::push_phase(parse_phase(phase)); }
 void pop_phase() { Observer::pop_phase(); }

@@ -371,15 +371,50 @@ void track_backward_origin(ThreadState& t, const Call& call) {
 
 void check_loss(ThreadState& t);
 
+/// Parameters -> the layer that owns them (Observer::name_param). Held weakly: a parameter
+/// freed keeps its TensorImpl's memory while its entry lives, so its address is never mistaken
+/// for a new tensor's (a gradient or activation of a later run at the address of an earlier
+/// model's parameter was once a "parameter an unobserved optimizer step made non-finite").
+/// Entries of parameters gone are dropped at each run's start.
+class ParamLayers {
+ public:
+  void set(const at::Tensor& param, LayerId layer) {
+    std::lock_guard<std::mutex> lock(mu_);
+    by_impl_.insert_or_assign(param.unsafeGetTensorImpl(), Entry{Weak(param.getIntrusivePtr()), layer});
+  }
+  /// The layer of the parameter `t` is (-1 when it is none).
+  LayerId of(const at::Tensor& t) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_impl_.find(t.unsafeGetTensorImpl());
+    return it != by_impl_.end() && !it->second.param.expired() ? it->second.layer : -1;
+  }
+  void drop_freed() {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = by_impl_.begin(); it != by_impl_.end();)
+      it = it->second.param.expired() ? by_impl_.erase(it) : std::next(it);
+  }
+
+ private:
+  using Weak = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  struct Entry {
+    Weak param;
+    LayerId layer;
+  };
+  std::mutex mu_;
+  std::unordered_map<const c10::TensorImpl*, Entry> by_impl_;
+};
+
+ParamLayers& param_layers() {
+  static auto* table = new ParamLayers();  // never destroyed: callbacks may outlive main
+  return *table;
+}
+
 /// The layer that owns the parameter an AccumulateGrad node accumulates into (-1: not known).
 LayerId accumulate_grad_layer() {
   auto node = torch::autograd::get_current_node();
   auto* acc = dynamic_cast<torch::autograd::AccumulateGrad*>(node.get());
   if (!acc || !acc->variable.defined()) return -1;
-  auto& g = global();
-  std::lock_guard<std::mutex> lock(g.params_mu);
-  auto it = g.param_layers.find(acc->variable.unsafeGetTensorImpl());
-  return it != g.param_layers.end() ? it->second : -1;
+  return param_layers().of(acc->variable);
 }
 
 LayerId backward_layer(ThreadState& t, const at::RecordFunction& fn) {
@@ -839,9 +874,7 @@ LayerId unobserved_parameter_write(const Call& call) {
   for (std::size_t i = call.info->inplace ? 1 : 0; i < call.inputs.size(); ++i) {
     for_each_tensor(call.inputs[i], [&](const at::Tensor& t) {
       if (found >= 0 || !is_floating(t) || !has_nonfinite(t)) return;
-      std::lock_guard<std::mutex> lock(g.params_mu);
-      auto it = g.param_layers.find(t.unsafeGetTensorImpl());
-      if (it != g.param_layers.end()) found = it->second;
+      found = param_layers().of(t);
     });
   }
   return found;
@@ -1168,6 +1201,7 @@ void Observer::start(const ObserverOptions& options) {
   std::lock_guard<std::mutex> lock(detail::g_control_mu);
   if (g.running.load()) throw std::logic_error("ampscope: the observer is already running");
   g.reset();
+  detail::param_layers().drop_freed();
   reset_storage_skips();
   detail::provenance().reset();
   detail::device_start();
@@ -1364,10 +1398,8 @@ Stats Observer::stats_once(const at::Tensor& t) {
 
 void Observer::optimizer_step_begins() { detail::commit_pending(); }
 
-void Observer::name_param(const void* tensor_impl, LayerId layer) {
-  auto& g = detail::global();
-  std::lock_guard<std::mutex> lock(g.params_mu);
-  g.param_layers[tensor_impl] = layer;
+void Observer::name_param(const at::Tensor& param, LayerId layer) {
+  detail::param_layers().set(param, layer);
 }
 
 std::string Observer::op_name(std::uint32_t id) { return detail::global().ops.name(id); }

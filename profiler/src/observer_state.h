@@ -115,9 +115,6 @@ struct GlobalState {
   std::atomic<bool> forward_seen{false};  ///< a layer was entered: setup is over
   std::atomic<bool> optimizer_stepped{false};  ///< an optimizer step ran in this run
   std::atomic<bool> after_backward{false};  ///< a backward ran since the last forward/step
-  /// Parameters (TensorImpl*) -> owning layer, for AccumulateGrad attribution.
-  std::mutex params_mu;
-  std::unordered_map<const void*, LayerId> param_layers;
   std::vector<LossScaleRecord> loss_scale;  ///< bounded, see append_loss_scale
   std::int64_t loss_scale_updates = 0;
   std::int64_t step_at_last_update = 0;  ///< step counter after the last GradScaler update

@@ -4,6 +4,8 @@ non-finite is replayed from the same inputs and RNG state under the per-op senti
 op. The oracle is the same run profiled with every=1 (every op observed by the per-op sentinel)
 and, for "the profiler changes nothing", the same run unprofiled."""
 import copy
+import gc
+import math
 
 import pytest
 import torch
@@ -212,6 +214,35 @@ def test_parameters_an_unobserved_optimizer_step_wrote_are_blamed_on_it():
     assert watched["layer"] in ("0", "2")
 
 
+def test_a_dead_models_parameters_are_not_taken_for_a_later_tensors():
+    """Parameters are known by their TensorImpl. A model profiled and freed must not make a
+    later tensor at one of its parameters' addresses a "parameter an unobserved optimizer step
+    made non-finite": NaN/Inf of unknown source reaching the host are named by the op that first
+    saw them. (Tensors made right after the free take the freed TensorImpls' memory; the build
+    that held raw pointers blamed an optimizer step here, and in a GradScaler run after another
+    profiled model it reported the scaler's caught overflow as harmful.)"""
+    def train_one_step(model, opt):
+        loss = model(torch.randn(4, 8)).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+    old = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1))
+    opt = torch.optim.SGD(old.parameters(), lr=0.1)
+    with ampscope.profile(model=old, out=None):
+        train_one_step(old, opt)
+    del old, opt
+    gc.collect()
+    held = [torch.full((3,), math.inf) for _ in range(64)]  # where the parameters were
+    new = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 1))
+    opt = torch.optim.SGD(new.parameters(), lr=0.1)
+    with ampscope.profile(model=new, out=None) as prof:
+        train_one_step(new, opt)
+        assert torch.stack(held).sum().item() == math.inf  # (torch's own account)
+    first = prof.report["first_nonfinite"]
+    assert (first["op"], first["reached"], first["phase"]) == ("aten::stack", "host_read", "forward")
+
+
 def test_a_clean_watched_run_has_no_finding_and_records_the_sampled_steps_only():
     reports = [train(fresh_model(), dict(every=every)) for every in (1, 4)]
     for r in reports:
@@ -297,10 +328,9 @@ def train_scaled(every, planted=(3, 6), steps=11):
 def test_a_gradscaler_run_watched_keeps_every_update():
     """Watched steps of a run with a GradScaler leave the op callbacks off until the scaler's
     unscale (a light callback waits for it), then see its update: the loss-scale history and the
-    skipped steps are those of the run observed op by op, and training is unchanged. (What the
-    scaler caught is not compared: after other profile runs in the same process, and now and
-    then in a fresh one, step 6's caught overflow is reported as harmful, with every=1 too and
-    before the light callback too: a known bug, see the README's limits.)"""
+    skipped steps are those of the run observed op by op, both overflows are caught by the
+    scaler and none is harmful, and training is unchanged. (Run after other tests' profiled
+    models: their freed parameters once made this run's gradients "parameters".)"""
     _, scales, plain = train_scaled(None)
     per_op, scales1, p1 = train_scaled(1)
     watched, scales4, p4 = train_scaled(4)
@@ -310,5 +340,9 @@ def test_a_gradscaler_run_watched_keeps_every_update():
     assert [(p["step"], p["scale"], p["found_inf"]) for p in watched["loss_scale"]] == history
     for r in (per_op, watched):
         assert r["run"]["steps"] == len(scales)
+        assert r["first_nonfinite"] is None
+        caught = r["nonfinite_caught_by_scaler"]
+        assert caught["steps"] == 2 and caught["first"]["phase"] == "backward"
+    assert per_op["nonfinite_caught_by_scaler"]["first"]["step"] == 3
     for a, b, c in zip(plain, p1, p4):  # the profiler changes nothing
         assert torch.equal(a, b) and torch.equal(a, c)

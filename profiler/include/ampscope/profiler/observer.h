@@ -168,9 +168,9 @@ class Observer {
   /// The optimizer is about to use the gradients: a non-finite gradient seen in this step is
   /// harmful (a GradScaler that found inf would not have called the optimizer).
   static void optimizer_step_begins();
-  /// Registers the parameter behind an AccumulateGrad node (its TensorImpl) with its layer, so
-  /// the node's work is attributed to the layer that owns the parameter.
-  static void name_param(const void* tensor_impl, LayerId layer);
+  /// Registers a parameter with its layer: its AccumulateGrad node's work is attributed to the
+  /// layer that owns it. Held weakly (a parameter freed is forgotten).
+  static void name_param(const at::Tensor& param, LayerId layer);
 
   /// Tells the observer the name of a layer id (for ObserverOptions::layers); the layer
   /// registry calls it for every id it issues. Ids may be renamed (registry reset).
