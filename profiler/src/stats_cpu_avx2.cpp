@@ -147,9 +147,10 @@ constexpr bool float_moments_safe(u32 amax32) {
 
 constexpr int kPrefetchAhead = 16;  // blocks ahead of the one being read
 
-/// Software prefetch (into L2) of a later block, one cache line per step, spread over all passes
-/// of the current one: memory keeps streaming while L1-resident data is counted (prefetching a
-/// whole block at once fills the line buffers, then leaves memory idle).
+/// Software prefetch (into L2) of a later block, one cache line per step, spread over the first
+/// pass of the current one: memory keeps streaming while L1-resident data is counted
+/// (prefetching a whole block at once fills the line buffers, then leaves memory idle). The
+/// sweeps do not step it: a step in their loop costs them more than the rest of their work.
 struct Prefetch {
   const char* p = nullptr;
   const char* end = nullptr;
@@ -164,20 +165,25 @@ struct Prefetch {
   }
 };
 
-/// Counts of key bytes equal to each of kv[0..3] over n (a multiple of 32, at most 255*32) bytes.
-AMP_AVX2 void count_key4(const u8* __restrict key, int n, const u8 kv[4], u32 c[4], Prefetch& pf) {
+/// Counts of key bytes equal to each of kv[0..3] over n (a multiple of 64, at most 255*32) bytes.
+AMP_AVX2 void count_key4(const u8* __restrict key, int n, const u8 kv[4], u32 c[4]) {
   const __m256i t0 = _mm256_set1_epi8(static_cast<char>(kv[0])),
                 t1 = _mm256_set1_epi8(static_cast<char>(kv[1]));
   const __m256i t2 = _mm256_set1_epi8(static_cast<char>(kv[2])),
                 t3 = _mm256_set1_epi8(static_cast<char>(kv[3]));
   __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  for (int i = 0; i < n; i += 32) {
+  // two vectors per step (n is a multiple of 64 here): the loop's bookkeeping halves
+  for (int i = 0; i < n; i += 64) {
     const __m256i k = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + i));
-    pf.step();
+    const __m256i l = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + i + 32));
     a0 = _mm256_sub_epi8(a0, _mm256_cmpeq_epi8(k, t0));
     a1 = _mm256_sub_epi8(a1, _mm256_cmpeq_epi8(k, t1));
     a2 = _mm256_sub_epi8(a2, _mm256_cmpeq_epi8(k, t2));
     a3 = _mm256_sub_epi8(a3, _mm256_cmpeq_epi8(k, t3));
+    a0 = _mm256_sub_epi8(a0, _mm256_cmpeq_epi8(l, t0));
+    a1 = _mm256_sub_epi8(a1, _mm256_cmpeq_epi8(l, t1));
+    a2 = _mm256_sub_epi8(a2, _mm256_cmpeq_epi8(l, t2));
+    a3 = _mm256_sub_epi8(a3, _mm256_cmpeq_epi8(l, t3));
   }
   const __m256i z = _mm256_setzero_si256();
   c[0] = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a0, z)));
@@ -214,8 +220,9 @@ constexpr int kMaxSweeps = 10;  // byte-compare sweeps (four binades each) befor
 constexpr i64 kScanLeft = 24;   // values left in 3+ sweeps' worth of binades: found by mask instead
 
 /// What the sweeps know about a block: the keys (the source's exponent field: 0 for a zero, as
-/// the block has no subnormals), its float32-domain exponent range, and the offset from key to
-/// float32 exponent byte (112 for float16, 0 otherwise). Key 255 (inf/NaN) never occurs.
+/// the block has no subnormals but float16 ones, see Subnormals16), its float32-domain exponent
+/// range, and the offset from key to float32 exponent byte (112 for float16, 0 otherwise). Key
+/// 255 (inf/NaN) never occurs.
 struct KeyBlock {
   const u8* key;
   int emin, emax;
@@ -259,7 +266,7 @@ AMP_AVX2 int sweep_binades(const KeyBlock& kb, u32* hb, i64& zeros, i64& left) {
     }
     for (int q = nb; q < 4; ++q) kv[q] = kNoKey, bins[q] = -2;
     u32 c[4];
-    count_key4(kb.key, kBlock, kv, c, *kb.pf);
+    count_key4(kb.key, kBlock, kv, c);
     for (int q = 0; q < 4; ++q) {
       if (bins[q] == -2) continue;
       if (bins[q] == -1)
@@ -443,6 +450,7 @@ AMP_AVX2 Pass1 pass32(const u32* __restrict x, u8* __restrict key, Prefetch& pf)
     __m256 s = _mm256_setzero_ps(), q = s;
 #pragma GCC unroll 1  // unrolled, the loop spills registers
     for (int i = g; i < g + 128; i += 32) {
+      pf.step();  // two lines a step: the next block is asked for at the rate this one is read
       pf.step();
       const __m256i* p = reinterpret_cast<const __m256i*>(x + i);
       const __m256i x0 = _mm256_loadu_si256(p), x1 = _mm256_loadu_si256(p + 1);
@@ -591,8 +599,52 @@ AMP_AVX2 Pass1 pass16(const u16* __restrict x, u8* __restrict key, u32& amax16, 
                M.sum_sq(), static_cast<i64>(hsum_epi64(ksum))};
 }
 
-/// A full block of float16 (kBF16 false) or bfloat16 bits, read in place. Blocks with subnormals
-/// or NaN/inf are converted to float32 and counted as such.
+/// The float16 subnormals of a block (their exponent field is 0, a zero's key): counted value by
+/// value, so that a block holding a few of them (one randn block in ten) stays on the fast path.
+struct Subnormals16 {
+  static constexpr int kMax = 128;            ///< more than this: the block is converted
+  static constexpr int kLo = 103, kHi = 112;  ///< their float32 exponent bytes (2^-24 .. 2^-15)
+  int n = 0;
+  u32 hist[kHi - kLo + 1] = {};
+  u32 lt[kNumTh] = {};  ///< how many lie below each threshold
+
+  /// Finds them (1 <= |h| <= 0x3FF); false when there are more than kMax.
+  AMP_AVX2 bool count(const u16* __restrict x) {
+    const __m256i absm = _mm256_set1_epi16(0x7FFF), one = _mm256_set1_epi16(1);
+    const __m256i top = _mm256_set1_epi16(0x3FE);
+    auto subnormal = [&](__m256i v) AMP_AVX2_TARGET {  // 0 <= |h| - 1 <= 0x3FE
+      const __m256i t = _mm256_sub_epi16(_mm256_and_si256(v, absm), one);
+      return _mm256_cmpeq_epi16(_mm256_min_epu16(t, top), t);
+    };
+    for (int g = 0; g < kBlock; g += 32) {
+      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + g));
+      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + g + 16));
+      // bytes packed per 128-bit lane like the keys (Src16::elem)
+      const __m256i m8 = _mm256_packs_epi16(subnormal(v0), subnormal(v1));
+      u32 m = static_cast<u32>(_mm256_movemask_epi8(m8));
+      n += __builtin_popcount(m);
+      if (n > kMax) return false;
+      for (; m != 0; m = _blsr_u32(m)) {
+        const int i = g + Src16<false>::elem(static_cast<int>(_tzcnt_u32(m)));
+        const u32 a = f16_bits_to_f32(x[i] & 0x7FFFu);
+        ++hist[(a >> 23) - kLo];
+        for (int k = 0; k < kNumTh; ++k) lt[k] += a < kTh[k];
+      }
+    }
+    return true;
+  }
+  /// count_block counted them as zeros (key 0), below every threshold: moves them to their
+  /// binades and thresholds.
+  void correct(Acc32& A) const {
+    A.zeros -= n;
+    for (int k = 0; k < kNumTh; ++k) A.lt[k] -= n - static_cast<i64>(lt[k]);
+    for (int e = kLo; e <= kHi; ++e) A.hist[e - 127 + kOff32] += hist[e - kLo];
+  }
+};
+
+/// A full block of float16 (kBF16 false) or bfloat16 bits, read in place. Blocks with NaN/inf, a
+/// bfloat16 subnormal, more than Subnormals16::kMax float16 ones or no normal value are converted
+/// to float32 and counted as such.
 template <bool kBF16>
 AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restrict x, Acc32& A,
                                                             Prefetch pf) {
@@ -602,7 +654,10 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restric
   alignas(32) u8 key[kBlock];
   u32 amax16 = 0, amin1_16 = 0;
   Pass1 r = pass16<kBF16>(x, key, amax16, amin1_16, pf);
-  if (amax16 >= kInf16 || amin1_16 < kMinNormal16 - 1) {  // NaN/inf or subnormals: as float32
+  Subnormals16 subs;
+  const bool has_subnormals = amin1_16 < kMinNormal16 - 1;
+  if (amax16 >= kInf16 ||
+      (has_subnormals && (kBF16 || amax16 < kMinNormal16 || !subs.count(x)))) {
     alignas(64) u32 buf[kBlock];
     convert16<kBF16>(x, buf);
     block32_avx2(buf, A, pf);
@@ -612,13 +667,11 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restric
     moments_double(
         kBlock, [&](int i) AMP_AVX2_TARGET { return load8_as_f32<kBF16>(x + i); }, r.sum, r.sum_sq);
   if (!add_ranges(r.amax, r.amin1, r.sum, r.sum_sq, A)) return pf.drain();
-  const KeyBlock kb{key,
-                    static_cast<int>((r.amin1 + 1u) >> 23),
-                    static_cast<int>(r.amax >> 23),
-                    kKeyOff,
-                    r.key_sum,
-                    &pf};
+  // the sweeps count the binades of normal values (a subnormal's key is a zero's)
+  const int emin = std::max(static_cast<int>((r.amin1 + 1u) >> 23), kKeyOff + 1);
+  const KeyBlock kb{key, emin, static_cast<int>(r.amax >> 23), kKeyOff, r.key_sum, &pf};
   count_block(kb, Src16<kBF16>{x}, A);
+  if (has_subnormals) subs.correct(A);
 }
 
 // ---------------------------------------------------------------- drivers
