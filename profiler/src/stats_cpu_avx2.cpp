@@ -2,7 +2,7 @@
 //
 // One read of each full block (kBlock elements) from memory, then passes over L1-resident data:
 //   1. one pass over the source: max and min of |bits|, the sum and sum of squares, and the
-//      exponent byte of every value (in float32 terms, minus one) into a 2 KiB key array. 16-bit
+//      exponent byte of every value (in float32 terms, minus one) into a 4 KiB key array. 16-bit
 //      sources are read as they are: no float32 copy of the block is made.
 //   2. the exponent histogram by byte compares on the keys, four binades per sweep from the top
 //      down, until every value is counted (the last one or two binades follow from the count and
@@ -600,7 +600,7 @@ AMP_AVX2 Pass1 pass16(const u16* __restrict x, u8* __restrict key, u32& amax16, 
 }
 
 /// The float16 subnormals of a block (their exponent field is 0, a zero's key): counted value by
-/// value, so that a block holding a few of them (one randn block in ten) stays on the fast path.
+/// value, so that a block holding a few of them (one randn block in five) stays on the fast path.
 struct Subnormals16 {
   static constexpr int kMax = 128;            ///< more than this: the block is converted
   static constexpr int kLo = 103, kHi = 112;  ///< their float32 exponent bytes (2^-24 .. 2^-15)

@@ -2,8 +2,8 @@
 //
 // One read of each full block (kBlock elements) from memory, then short passes over L1 data:
 //   1. one pass over the source: max and min of |bits|, the float-group moments, the exponent byte
-//      of every value into a 2 KiB key array and the sum of the keys. float16 is widened to
-//      float32 bits (exact) into an 8 KiB L1 buffer on the way, so its later steps see float32
+//      of every value into a 4 KiB key array and the sum of the keys. float16 is widened to
+//      float32 bits (exact) into a 16 KiB L1 buffer on the way, so its later steps see float32
 //      bits. bfloat16 is float32 with the low half cut off: its ranges, keys and threshold
 //      compares work on the 16-bit lanes directly (32 per vector, no widened copy); only the
 //      moments widen, in registers.

@@ -26,7 +26,7 @@ using u64 = std::uint64_t;
 using i32 = std::int32_t;
 using i64 = std::int64_t;
 
-inline constexpr int kBlock = 2048;  // elements per block (8 KiB of float32 bits)
+inline constexpr int kBlock = 4096;  // elements per block (16 KiB of float32 bits)
 inline constexpr int kNumTh = kNumThresholds;
 
 /// Thresholds on |float32 bits|, counted as "|x| < T" (shared with the CUDA kernel).
