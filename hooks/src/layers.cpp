@@ -243,6 +243,7 @@ void detach_all_modules() {
   auto& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   unhook_locked(r);
+  Observer::forget_params();  // their layer ids are about to go
   r.params.clear();
   r.params_by_name.clear();
   r.pending_aliases.clear();

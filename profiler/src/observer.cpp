@@ -375,12 +375,14 @@ void check_loss(ThreadState& t);
 /// freed keeps its TensorImpl's memory while its entry lives, so its address is never mistaken
 /// for a new tensor's (a gradient or activation of a later run at the address of an earlier
 /// model's parameter was once a "parameter an unobserved optimizer step made non-finite").
-/// Entries of parameters gone are dropped at each run's start.
+/// Entries of parameters gone are dropped at each run's start, all of them when the layers are
+/// reset (Observer::forget_params).
 class ParamLayers {
  public:
   void set(const at::Tensor& param, LayerId layer) {
     std::lock_guard<std::mutex> lock(mu_);
-    by_impl_.insert_or_assign(param.unsafeGetTensorImpl(), Entry{Weak(param.getIntrusivePtr()), layer});
+    by_impl_.insert_or_assign(param.unsafeGetTensorImpl(),
+                              Entry{Weak(param.getIntrusivePtr()), layer});
   }
   /// The layer of the parameter `t` is (-1 when it is none).
   LayerId of(const at::Tensor& t) {
@@ -392,6 +394,10 @@ class ParamLayers {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = by_impl_.begin(); it != by_impl_.end();)
       it = it->second.param.expired() ? by_impl_.erase(it) : std::next(it);
+  }
+  void clear() {
+    std::lock_guard<std::mutex> lock(mu_);
+    by_impl_.clear();
   }
 
  private:
@@ -1401,6 +1407,8 @@ void Observer::optimizer_step_begins() { detail::commit_pending(); }
 void Observer::name_param(const at::Tensor& param, LayerId layer) {
   detail::param_layers().set(param, layer);
 }
+
+void Observer::forget_params() { detail::param_layers().clear(); }
 
 std::string Observer::op_name(std::uint32_t id) { return detail::global().ops.name(id); }
 

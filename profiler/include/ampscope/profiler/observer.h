@@ -171,6 +171,8 @@ class Observer {
   /// Registers a parameter with its layer: its AccumulateGrad node's work is attributed to the
   /// layer that owns it. Held weakly (a parameter freed is forgotten).
   static void name_param(const at::Tensor& param, LayerId layer);
+  /// Forgets every parameter named (the layer registry was reset: their layer ids are gone).
+  static void forget_params();
 
   /// Tells the observer the name of a layer id (for ObserverOptions::layers); the layer
   /// registry calls it for every id it issues. Ids may be renamed (registry reset).
