@@ -285,6 +285,33 @@ TEST_F(ObserverTest, FirstNonFiniteIsTheOverflowingOpNotItsConsumers) {
   for (const auto& rec : r.recommendations) EXPECT_NE(rec.layer, "after");
 }
 
+TEST_F(ObserverTest, AFreedParameterIsNeverTakenForALaterTensor) {
+  // Parameters are named by their TensorImpl (as FSDP2's sharded ones are, without a hook that
+  // keeps them alive). Tensors made right after one is freed would take its memory; one holding
+  // NaN/Inf of unknown source must not become "parameters an unobserved optimizer step wrote"
+  // but be named by the op that first saw it (oracle: the op the test calls).
+  {
+    auto gone = torch::ones({3});
+    ampscope::Observer::name_param(gone, 0);
+  }
+  std::vector<torch::Tensor> held;
+  for (int i = 0; i < 64; ++i) held.push_back(torch::full({3}, INFINITY));
+  auto net = torch::nn::Linear(4, 1);
+  torch::optim::SGD opt(net->parameters(), 0.1);
+  Session session;
+  session.attach(*net, "net");
+  session.start();
+  net->forward(torch::ones({2, 4})).sum().backward();
+  session.optimizer_step(opt);  // optimizer steps so far are observed: the check applies now
+  const float total = torch::stack(held).sum().item<float>();
+  session.stop();
+  EXPECT_TRUE(std::isinf(total));
+  Report r = session.report();
+  ASSERT_TRUE(r.first_nonfinite.has_value());
+  EXPECT_EQ(r.first_nonfinite->op, "aten::stack");
+  EXPECT_EQ(r.first_nonfinite->reached, "host_read");
+}
+
 TEST_F(ObserverTest, LogOfZeroIsAModelBugInFp32Too) {
   Session session;
   session.start();
