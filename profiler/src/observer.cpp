@@ -503,6 +503,8 @@ bool watched(const GlobalState& g, std::int64_t step, const ThreadState& t) {
 
 /// Switches the op callbacks off for watched steps (up to a GradScaler's unscale), on otherwise.
 void refresh_callbacks();
+/// A GradScaler unscaled: the op callbacks stay on until its update.
+void scaler_unscaled();
 
 /// On a watched step the per-op sentinel keeps only forward ops outside every module (a loss
 /// computed in the training loop) and compiled graphs' points: module outputs, parameter
@@ -594,10 +596,7 @@ std::unique_ptr<at::ObserverContext> on_start(const at::RecordFunction& fn) {
   if (depth == 0 && compiled_regions() > 0 && current_point() == nullptr) return nullptr;
   std::int64_t step = g.step.load(std::memory_order_relaxed);
   if (depth == 0 && fn.scope() == at::RecordScope::FUNCTION && fn.name()[0] == 'a') {
-    if (fn.name() == kUnscale) {
-      g.scaler_open.store(true);
-      if (!g.scaler_seen.exchange(true)) refresh_callbacks();
-    }
+    if (fn.name() == kUnscale) scaler_unscaled();
     if (fn.name() == kUpdateScale) {
       resolve_pending_by_scaler(fn);
       step = update_scale_step(g);
@@ -1167,16 +1166,22 @@ void refresh_callbacks() {
   switch_callback(g_scaler_handle, !on && g.scaler_seen.load(), g_scaler_callback_on);
 }
 
-/// The light callback: the GradScaler's unscale opens the end of the iteration (see
-/// refresh_callbacks).
+/// A GradScaler unscaled (seen by either callback): its update is due, and the op callbacks are
+/// on until then (see refresh_callbacks).
+void scaler_unscaled() {
+  auto& g = global();
+  g.scaler_seen.store(true);
+  g.scaler_open.store(true);
+  refresh_callbacks();
+}
+
+/// The light callback: the GradScaler's unscale opens the end of the iteration.
 std::unique_ptr<at::ObserverContext> on_scaler_start(const at::RecordFunction& fn) {
   auto& g = global();
   const char* name = fn.name();
-  if (!g.running.load(std::memory_order_relaxed) || std::strncmp(name, "aten::_amp_", 11) != 0 ||
-      name != kUnscale)
-    return nullptr;
-  g.scaler_open.store(true);
-  refresh_callbacks();
+  if (g.running.load(std::memory_order_relaxed) && std::strncmp(name, "aten::_amp_", 11) == 0 &&
+      name == kUnscale)
+    scaler_unscaled();
   return nullptr;
 }
 
