@@ -11,7 +11,6 @@ and the largest difference between their outputs on the same input (before any u
 """
 import argparse
 import copy
-import platform
 import statistics
 import time
 
@@ -19,17 +18,11 @@ import torch
 
 import ampscope
 
+from bench_cpu import cpu_info
+
 
 def cpu_line():
-    model, isa = platform.processor() or "cpu", "portable"
-    try:
-        with open("/proc/cpuinfo") as f:
-            text = f.read()
-        model = next(line.split(":", 1)[1].strip() for line in text.splitlines()
-                     if line.startswith("model name"))
-        isa = "AVX-512" if " avx512f" in text else "AVX2" if " avx2" in text else "portable"
-    except (OSError, StopIteration):
-        pass
+    model, isa = cpu_info()
     return f"{model}, {torch.get_num_threads()} threads, ISA {isa}, torch {torch.__version__}"
 
 

@@ -15,7 +15,6 @@ import contextlib
 import copy
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -23,6 +22,8 @@ import warnings
 
 import torch
 from torch import nn
+
+from bench_cpu import cpu_info
 
 # ------------------------------------------------------------------------------ the loop
 
@@ -188,25 +189,6 @@ def run_dtype(dtype, names, rounds, steps, scaler=False):
 
 
 # ------------------------------------------------------------------------------ output
-
-def cpu_info():
-    model = platform.processor() or "unknown CPU"
-    flags = set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name") and model in ("unknown CPU", "x86_64", ""):
-                    model = line.split(":", 1)[1].strip()
-                if line.startswith("flags"):
-                    flags = set(line.split(":", 1)[1].split())
-                    break
-    except OSError:
-        pass
-    isa = ("AVX-512" if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags
-           else "AVX2" if "avx2" in flags else "no AVX2")
-    extras = [f for f in ("avx512_bf16", "amx_bf16", "avx512_fp16") if f in flags]
-    return model, isa + (" (" + ", ".join(extras) + ")" if extras else "")
-
 
 def breakdown(r):
     """Additive cost centres per step (seconds), from differences of medians of one dtype.

@@ -16,6 +16,8 @@ import time
 
 import torch
 
+from bench_cpu import cpu_info
+
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -31,17 +33,6 @@ def randn_of(nbytes, dtype):
     for i in range(0, n, chunk):  # in chunks: no float32 copy of the whole tensor
         t[i:i + chunk] = torch.randn(min(chunk, n - i))
     return t
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown CPU"
 
 
 def measure(t, reps, ampscope):
@@ -74,8 +65,9 @@ def main(argv=None):
         return 2
     import ampscope
     from ampscope import _core
+    model, isa = cpu_info()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {os.cpu_count()} cpus; "
-          f"{cpu_model()}; ampscope stats builds: {_core.ops().stats_builds()}")
+          f"{model}, {isa}; ampscope stats builds: {_core.ops().stats_builds()}")
     print(f"{'size':>8} {'dtype':>9} {'stats ms':>9} {'sum ms':>8} {'stats/sum thr':>14}")
     rows = []
     for nbytes in sizes:
@@ -91,7 +83,7 @@ def main(argv=None):
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"benchmark": "python_stats", "threads": torch.get_num_threads(),
-                       "cpu": cpu_model(), "stats_builds": _core.ops().stats_builds(),
+                       "cpu": model, "isa": isa, "stats_builds": _core.ops().stats_builds(),
                        "results": rows}, f, indent=2)
     return 0
 
