@@ -4,14 +4,17 @@
 //   1. one pass over the source: max and min of |bits|, the sum and sum of squares, and the
 //      exponent byte of every value (in float32 terms, minus one) into a 4 KiB key array. 16-bit
 //      sources are read as they are: no float32 copy of the block is made.
-//   2. the exponent histogram by byte compares on the keys, four binades per sweep from the top
-//      down, until every value is counted (the last one or two binades follow from the count and
-//      the key sum left; when few values are left in many binades they are found by mask);
+//   2. the exponent histogram over windows of eight binades from the top down: each key in the
+//      window becomes one bit of a byte (a table lookup) and the bits are added position by
+//      position in carry-save form (about half the work per binade of byte compares), until one
+//      binade is left beside the zeros (the two counts follow from the count and key sum left);
+//      when few values are left in many binades they are found by mask;
 //   3. the format counts from the histogram's cumulative counts: a threshold at a binade's lower
 //      edge needs nothing more; for one inside a populated binade the values of that binade are
 //      compared exactly (by mask and one by one when few, else a compare pass over the block).
-// Blocks with NaN/inf or float32 subnormals (rare in real tensors), float16/bfloat16 blocks with
-// subnormals or NaN/inf, partial blocks and float64 go to the portable build's code.
+// Blocks with NaN/inf or float32 subnormals (rare in real tensors), bfloat16 blocks with
+// subnormals, float16 blocks with NaN/inf or many subnormals (a few are counted one by one),
+// partial blocks and float64 go to the portable build's code.
 //
 // Moments: squares and sums are accumulated in float within groups of 128 values (a pairwise tree
 // per lane, then one accumulator per lane over four steps), and each group's partial sums are
@@ -165,47 +168,71 @@ struct Prefetch {
   }
 };
 
-/// Counts of key bytes equal to each of kv[0..3] over n (a multiple of 64, at most 255*32) bytes.
-AMP_AVX2 void count_key4(const u8* __restrict key, int n, const u8 kv[4], u32 c[4]) {
-  const __m256i t0 = _mm256_set1_epi8(static_cast<char>(kv[0])),
-                t1 = _mm256_set1_epi8(static_cast<char>(kv[1]));
-  const __m256i t2 = _mm256_set1_epi8(static_cast<char>(kv[2])),
-                t3 = _mm256_set1_epi8(static_cast<char>(kv[3]));
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  // two vectors per step (n is a multiple of 64 here): the loop's bookkeeping halves
-  for (int i = 0; i < n; i += 64) {
-    const __m256i k = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + i));
-    const __m256i l = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + i + 32));
-    a0 = _mm256_sub_epi8(a0, _mm256_cmpeq_epi8(k, t0));
-    a1 = _mm256_sub_epi8(a1, _mm256_cmpeq_epi8(k, t1));
-    a2 = _mm256_sub_epi8(a2, _mm256_cmpeq_epi8(k, t2));
-    a3 = _mm256_sub_epi8(a3, _mm256_cmpeq_epi8(k, t3));
-    a0 = _mm256_sub_epi8(a0, _mm256_cmpeq_epi8(l, t0));
-    a1 = _mm256_sub_epi8(a1, _mm256_cmpeq_epi8(l, t1));
-    a2 = _mm256_sub_epi8(a2, _mm256_cmpeq_epi8(l, t2));
-    a3 = _mm256_sub_epi8(a3, _mm256_cmpeq_epi8(l, t3));
+/// One carry-save adder step: a + b + c = 2 * h + l, bit by bit.
+AMP_AVX2 void csa(__m256i& h, __m256i& l, __m256i a, __m256i b, __m256i c) {
+  const __m256i u = _mm256_xor_si256(a, b);
+  h = _mm256_or_si256(_mm256_and_si256(a, b), _mm256_and_si256(u, c));
+  l = _mm256_xor_si256(u, c);
+}
+
+/// Adds to c[j] the number of bytes of v with bit j set, times `w`.
+AMP_AVX2 void add_bit_counts(__m256i v, u32 w, u32 c[8]) {
+  for (int j = 7; j >= 0; --j) {  // bit j to each byte's top (a byte added to itself: << 1)
+    c[j] += w * static_cast<u32>(__builtin_popcount(static_cast<u32>(_mm256_movemask_epi8(v))));
+    v = _mm256_add_epi8(v, v);
   }
-  const __m256i z = _mm256_setzero_si256();
-  c[0] = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a0, z)));
-  c[1] = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a1, z)));
-  c[2] = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a2, z)));
-  c[3] = static_cast<u32>(hsum_epi64(_mm256_sad_epu8(a3, z)));
+}
+
+/// Counts of key bytes equal to b + j (j = 0..7) over kBlock bytes: each key in the window becomes
+/// bit j of a byte (a table lookup), and the bits are added position by position in carry-save
+/// form, sixteen vectors a step (Harley-Seal): about half the work of byte compares per binade.
+AMP_AVX2 void count_key8(const u8* __restrict key, u8 b, u32 c[8]) {
+  static_assert(kBlock % 512 == 0, "sixteen vectors a step");
+  const __m256i base = _mm256_set1_epi8(static_cast<char>(b)), top = _mm256_set1_epi8(15);
+  const __m256i lut = _mm256_setr_epi8(1, 2, 4, 8, 16, 32, 64, -128, 0, 0, 0, 0, 0, 0, 0, 0, 1, 2,
+                                       4, 8, 16, 32, 64, -128, 0, 0, 0, 0, 0, 0, 0, 0);
+  auto bits = [&](int i) AMP_AVX2_TARGET {  // key - b in [0, 8): that bit; else none
+    const __m256i k = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + i));
+    return _mm256_shuffle_epi8(lut, _mm256_min_epu8(_mm256_sub_epi8(k, base), top));
+  };
+  __m256i ones = _mm256_setzero_si256(), twos = ones, fours = ones, eights = ones;
+  for (int j = 0; j < 8; ++j) c[j] = 0;
+  for (int i = 0; i < kBlock; i += 512) {
+    __m256i twos_a, twos_b, fours_a, fours_b, eights_a, eights_b, sixteens;
+    csa(twos_a, ones, ones, bits(i), bits(i + 32));
+    csa(twos_b, ones, ones, bits(i + 64), bits(i + 96));
+    csa(fours_a, twos, twos, twos_a, twos_b);
+    csa(twos_a, ones, ones, bits(i + 128), bits(i + 160));
+    csa(twos_b, ones, ones, bits(i + 192), bits(i + 224));
+    csa(fours_b, twos, twos, twos_a, twos_b);
+    csa(eights_a, fours, fours, fours_a, fours_b);
+    csa(twos_a, ones, ones, bits(i + 256), bits(i + 288));
+    csa(twos_b, ones, ones, bits(i + 320), bits(i + 352));
+    csa(fours_a, twos, twos, twos_a, twos_b);
+    csa(twos_a, ones, ones, bits(i + 384), bits(i + 416));
+    csa(twos_b, ones, ones, bits(i + 448), bits(i + 480));
+    csa(fours_b, twos, twos, twos_a, twos_b);
+    csa(eights_b, fours, fours, fours_a, fours_b);
+    csa(sixteens, eights, eights, eights_a, eights_b);
+    add_bit_counts(sixteens, 16, c);
+  }
+  add_bit_counts(eights, 8, c);
+  add_bit_counts(fours, 4, c);
+  add_bit_counts(twos, 2, c);
+  add_bit_counts(ones, 1, c);
 }
 
 /// Exact threshold compares for the elements whose key byte satisfies `pick` (a mask builder),
-/// `count` of them: found by byte mask, handled one by one. `src.abs32(i)`: |float32 bits| of
+/// `count` of them (the scan stops when all are found; a count that includes values `pick` does
+/// not take reads every key): found by byte mask, handled one by one. `src.abs32(i)`: |float32 bits| of
 /// element i; `src.elem(p)`: the element whose key is at position p of a 32-key group. With `hb`,
 /// also counts each found element's binade.
 template <typename Src, typename Pick>
 AMP_AVX2 void scan_keys(const u8* __restrict key, int koff, const Src& src, i64 count, Pick pick,
                         u32* __restrict hb, i64* __restrict ex) {
-  for (int g = 0; g < kBlock && count > 0; g += 32) {
-    const __m256i k = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + g));
-    u32 m = static_cast<u32>(_mm256_movemask_epi8(pick(k)));
-    count -= __builtin_popcount(m);
-    while (m != 0) {
+  auto visit = [&](u32 m, int g) AMP_AVX2_TARGET {
+    for (; m != 0; m = _blsr_u32(m)) {
       const int p = static_cast<int>(_tzcnt_u32(m));
-      m = _blsr_u32(m);
       const int e = key[g + p] + koff;
       if (hb != nullptr) ++hb[e];
       const u32 a = src.abs32(g + src.elem(p));
@@ -213,11 +240,23 @@ AMP_AVX2 void scan_keys(const u8* __restrict key, int koff, const Src& src, i64 
       ex[k0] += a < kBinadeTh.th[k0];
       ex[k1] += a < kBinadeTh.th[k1];
     }
+  };
+  // 64 keys a step; a step with no match costs two compares and a test (matches are few here)
+  for (int g = 0; g < kBlock && count > 0; g += 64) {
+    const __m256i m0 = pick(_mm256_load_si256(reinterpret_cast<const __m256i*>(key + g)));
+    const __m256i m1 = pick(_mm256_load_si256(reinterpret_cast<const __m256i*>(key + g + 32)));
+    const __m256i m01 = _mm256_or_si256(m0, m1);
+    if (_mm256_testz_si256(m01, m01)) continue;
+    const u32 a = static_cast<u32>(_mm256_movemask_epi8(m0));
+    const u32 b = static_cast<u32>(_mm256_movemask_epi8(m1));
+    count -= __builtin_popcount(a) + __builtin_popcount(b);
+    visit(a, g);
+    visit(b, g + 32);
   }
 }
 
-constexpr int kMaxSweeps = 10;  // byte-compare sweeps (four binades each) before the scan by mask
-constexpr i64 kScanLeft = 24;   // values left in 3+ sweeps' worth of binades: found by mask instead
+constexpr int kMaxSweeps = 5;  // windows (eight binades each) before the scan by mask
+constexpr i64 kScanLeft = 24;  // values left in more than a window's binades: found by mask instead
 
 /// What the sweeps know about a block: the keys (the source's exponent field: 0 for a zero, as
 /// the block has no subnormals but float16 ones, see Subnormals16), its float32-domain exponent
@@ -230,60 +269,43 @@ struct KeyBlock {
   i64 key_sum;
   Prefetch* pf;
 };
-constexpr u8 kNoKey = 255;
 
-/// Per-binade counts hb[emin..emax] and the zeros, by sweeps from the top down. Returns the
-/// lowest binade counted by sweeps; the binades below it (if any) are left to a scan by mask.
-AMP_AVX2 int sweep_binades(const KeyBlock& kb, u32* hb, i64& zeros, i64& left) {
+/// Per-binade counts hb[emin..emax] by windows of eight binades from the top down, until one
+/// binade is left besides the zeros (the two counts then follow from the count and key sum
+/// left) or none. Returns the lowest binade counted; the binades below it (if any) are left to a
+/// scan by mask, and `left` holds the values not counted (the zeros among them).
+AMP_AVX2 int sweep_binades(const KeyBlock& kb, u32* hb, i64& left) {
   const int emin = kb.emin;
   for (int e = emin; e <= kb.emax; ++e) hb[e] = 0;
-  left = kBlock;              // values not yet counted (zeros included until the first sweep)
-  i64 left_sum = kb.key_sum;  // and the sum of their keys
+  left = kBlock;              // values not yet counted (zeros included)
+  i64 left_sum = kb.key_sum;  // and the sum of their keys (a zero's is 0)
   int lo = kb.emax + 1;       // lowest binade counted so far
-  for (int sweeps = 0; left > 0 && lo > emin && sweeps < kMaxSweeps; ++sweeps) {
-    if (sweeps > 0 && lo - emin <= 2) {
-      // One or two binades left: their counts follow from the count and key sum left.
-      const int ea = lo - 1, eb = emin;
-      if (ea == eb) {
-        hb[ea] = static_cast<u32>(left);
-      } else {  // c_a + c_b = left,  ka c_a + kb c_b = left_sum,  ka - kb = 1
-        const i64 ca = left_sum - static_cast<i64>(eb - kb.koff) * left;
-        hb[ea] = static_cast<u32>(ca);
-        hb[eb] = static_cast<u32>(left - ca);
-      }
-      left = 0;
+  for (int sweeps = 0; lo > emin; ++sweeps) {
+    if (lo - emin == 1) {  // c_e + zeros = left,  (emin - koff) c_e = left_sum
+      hb[emin] = static_cast<u32>(left_sum / (emin - kb.koff));
+      left -= hb[emin];
       return emin;
     }
-    if (sweeps > 0 && left <= kScanLeft && lo - emin > 6) break;  // few values, many binades
-    u8 kv[4];
-    int bins[4];
-    int nb = 0;
-    if (sweeps == 0) kv[nb] = 0, bins[nb++] = -1;  // the zeros
-    while (nb < 4 && lo - 1 >= emin) {
-      --lo;
-      kv[nb] = static_cast<u8>(lo - kb.koff);
-      bins[nb++] = lo;
+    if (sweeps == kMaxSweeps || (sweeps > 0 && left <= kScanLeft && lo - emin > 8)) break;
+    const int b = std::max(lo - 8 - kb.koff, 0);  // the window's lowest key
+    u32 c[8];
+    count_key8(kb.key, static_cast<u8>(b), c);
+    // the binades not counted yet (a window near key 0 reaches into counted ones; key 0, the
+    // zeros, is what is left at the end)
+    for (int e = std::max(b + kb.koff, emin); e < lo; ++e) {
+      const u32 n = c[e - kb.koff - b];
+      hb[e] = n;
+      left -= n;
+      left_sum -= static_cast<i64>(e - kb.koff) * n;
     }
-    for (int q = nb; q < 4; ++q) kv[q] = kNoKey, bins[q] = -2;
-    u32 c[4];
-    count_key4(kb.key, kBlock, kv, c);
-    for (int q = 0; q < 4; ++q) {
-      if (bins[q] == -2) continue;
-      if (bins[q] == -1)
-        zeros = c[q];
-      else
-        hb[bins[q]] = c[q];
-      left -= c[q];
-      left_sum -= static_cast<i64>(kv[q]) * c[q];
-    }
+    lo = std::max(b + kb.koff, emin);
   }
-  return left > 0 ? lo : emin;
+  return lo;
 }
 
 /// The binades below the swept ones (emin <= e < lo), value by value: histogram and thresholds.
 template <typename Src>
 AMP_AVX2 void scan_below(const KeyBlock& kb, const Src& src, int lo, i64 left, u32* hb, i64* ex) {
-  for (int e = kb.emin; e < lo; ++e) hb[e] = 0;
   // emin <= key + koff < lo (a zero's key 0 is below emin - koff >= 1: wraps past lim)
   const __m256i base = _mm256_set1_epi8(static_cast<char>(kb.emin - kb.koff));
   const __m256i lim = _mm256_set1_epi8(static_cast<char>(lo - 1 - kb.emin));
@@ -351,10 +373,14 @@ template <typename Src>
 AMP_AVX2 void count_block(const KeyBlock& kb, const Src& src, Acc32& A) {
   const int emin = kb.emin, emax = kb.emax;
   u32 hb[256];
-  i64 zeros = 0, left = 0;
-  const int lo = sweep_binades(kb, hb, zeros, left);
+  i64 left = 0;
+  const int lo = sweep_binades(kb, hb, left);
   i64 ex[kNumTh + 1] = {};  // per threshold: values inside its binade below it
-  if (left > 0) scan_below(kb, src, lo, left, hb, ex);
+  if (lo > emin) {  // found by mask: what is left after them are the zeros
+    scan_below(kb, src, lo, left, hb, ex);
+    for (int e = emin; e < lo; ++e) left -= hb[e];
+  }
+  const i64 zeros = left;
   i64 below[257];  // zeros plus the values in binades under e, for e in [emin, emax + 1]
   below[emin] = zeros;
   for (int e = emin; e <= emax; ++e) {
@@ -507,7 +533,8 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
 /// Element access of a 16-bit block for count_block.
 template <bool kBF16>
 struct Src16 {
-  /// A compare pass over 16-bit data costs less than a scan by mask: never scan.
+  /// A compare pass over 16-bit data costs no more than a scan by mask (2026-12-06, AMD Zen 4:
+  /// scanning binades of up to 16, 40 or 64 values was no faster): never scan.
   static constexpr i64 kScanMax = 0;
   const u16* x;
   /// Keys of 32 elements (two vectors v0, v1) are packed per 128-bit lane: v0 0-7, v1 0-7 |
@@ -526,10 +553,16 @@ struct Src16 {
       t[k] = _mm256_set1_epi16(static_cast<short>(T16.t[ks[k]]));
       c[k] = _mm256_setzero_si256();
     }
-    for (int i = 0; i < kBlock; i += 16) {  // 16-bit lane counters: at most kBlock/16 per lane
+    // 16-bit lane counters: at most kBlock/16 per lane; two vectors a step into one counter
+    // (two compares' sum first: -2..0 per lane and step)
+    for (int i = 0; i < kBlock; i += 32) {
       const __m256i a =
           _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)), absm);
-      for (int k = 0; k < K; ++k) c[k] = _mm256_sub_epi16(c[k], _mm256_cmpgt_epi16(t[k], a));
+      const __m256i b =
+          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 16)), absm);
+      for (int k = 0; k < K; ++k)
+        c[k] = _mm256_sub_epi16(
+            c[k], _mm256_add_epi16(_mm256_cmpgt_epi16(t[k], a), _mm256_cmpgt_epi16(t[k], b)));
     }
     const __m256i one16 = _mm256_set1_epi16(1);
     for (int k = 0; k < K; ++k) out[k] = hsum_epi32(_mm256_madd_epi16(c[k], one16));
@@ -608,27 +641,35 @@ struct Subnormals16 {
   u32 hist[kHi - kLo + 1] = {};
   u32 lt[kNumTh] = {};  ///< how many lie below each threshold
 
-  /// Finds them (1 <= |h| <= 0x3FF); false when there are more than kMax.
-  AMP_AVX2 bool count(const u16* __restrict x) {
+  /// Finds them (1 <= |h| <= 0x3FF) among the values of key 0 (zeros and subnormals): only the
+  /// 64-value stretches holding such a key are tested value by value. False when there are
+  /// more than kMax.
+  AMP_AVX2 bool count(const u16* __restrict x, const u8* __restrict key) {
     const __m256i absm = _mm256_set1_epi16(0x7FFF), one = _mm256_set1_epi16(1);
-    const __m256i top = _mm256_set1_epi16(0x3FE);
+    const __m256i top = _mm256_set1_epi16(0x3FE), z = _mm256_setzero_si256();
     auto subnormal = [&](__m256i v) AMP_AVX2_TARGET {  // 0 <= |h| - 1 <= 0x3FE
       const __m256i t = _mm256_sub_epi16(_mm256_and_si256(v, absm), one);
       return _mm256_cmpeq_epi16(_mm256_min_epu16(t, top), t);
     };
-    for (int g = 0; g < kBlock; g += 32) {
-      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + g));
-      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + g + 16));
-      // bytes packed per 128-bit lane like the keys (Src16::elem)
-      const __m256i m8 = _mm256_packs_epi16(subnormal(v0), subnormal(v1));
-      u32 m = static_cast<u32>(_mm256_movemask_epi8(m8));
-      n += __builtin_popcount(m);
-      if (n > kMax) return false;
-      for (; m != 0; m = _blsr_u32(m)) {
-        const int i = g + Src16<false>::elem(static_cast<int>(_tzcnt_u32(m)));
-        const u32 a = f16_bits_to_f32(x[i] & 0x7FFFu);
-        ++hist[(a >> 23) - kLo];
-        for (int k = 0; k < kNumTh; ++k) lt[k] += a < kTh[k];
+    for (int g = 0; g < kBlock; g += 64) {
+      const __m256i k0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + g));
+      const __m256i k1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + g + 32));
+      const __m256i m = _mm256_or_si256(_mm256_cmpeq_epi8(k0, z), _mm256_cmpeq_epi8(k1, z));
+      if (_mm256_testz_si256(m, m)) continue;
+      for (int h = g; h < g + 64; h += 32) {
+        const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + h));
+        const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + h + 16));
+        // bytes packed per 128-bit lane like the keys (Src16::elem)
+        const __m256i m8 = _mm256_packs_epi16(subnormal(v0), subnormal(v1));
+        u32 mm = static_cast<u32>(_mm256_movemask_epi8(m8));
+        n += __builtin_popcount(mm);
+        if (n > kMax) return false;
+        for (; mm != 0; mm = _blsr_u32(mm)) {
+          const int i = h + Src16<false>::elem(static_cast<int>(_tzcnt_u32(mm)));
+          const u32 a = f16_bits_to_f32(x[i] & 0x7FFFu);
+          ++hist[(a >> 23) - kLo];
+          for (int k = 0; k < kNumTh; ++k) lt[k] += a < kTh[k];
+        }
       }
     }
     return true;
@@ -657,7 +698,7 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restric
   Subnormals16 subs;
   const bool has_subnormals = amin1_16 < kMinNormal16 - 1;
   if (amax16 >= kInf16 ||
-      (has_subnormals && (kBF16 || amax16 < kMinNormal16 || !subs.count(x)))) {
+      (has_subnormals && (kBF16 || amax16 < kMinNormal16 || !subs.count(x, key)))) {
     alignas(64) u32 buf[kBlock];
     convert16<kBF16>(x, buf);
     block32_avx2(buf, A, pf);
