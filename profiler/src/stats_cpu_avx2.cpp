@@ -195,7 +195,9 @@ AMP_AVX2 void count_key8(const u8* __restrict key, u8 b, u32 c[8]) {
     const __m256i k = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + i));
     return _mm256_shuffle_epi8(lut, _mm256_min_epu8(_mm256_sub_epi8(k, base), top));
   };
+  static_assert(kBlock / 512 < 16, "the sixteens' counter holds up to 15 per bit");
   __m256i ones = _mm256_setzero_si256(), twos = ones, fours = ones, eights = ones;
+  __m256i n16 = ones, n32 = ones, n64 = ones, n128 = ones;  // the sixteens, a binary counter
   for (int j = 0; j < 8; ++j) c[j] = 0;
   for (int i = 0; i < kBlock; i += 512) {
     __m256i twos_a, twos_b, fours_a, fours_b, eights_a, eights_b, sixteens;
@@ -214,8 +216,18 @@ AMP_AVX2 void count_key8(const u8* __restrict key, u8 b, u32 c[8]) {
     csa(fours_b, twos, twos, twos_a, twos_b);
     csa(eights_b, fours, fours, fours_a, fours_b);
     csa(sixteens, eights, eights, eights_a, eights_b);
-    add_bit_counts(sixteens, 16, c);
+    __m256i carry = _mm256_and_si256(n16, sixteens);  // half adders
+    n16 = _mm256_xor_si256(n16, sixteens);
+    const __m256i carry2 = _mm256_and_si256(n32, carry);
+    n32 = _mm256_xor_si256(n32, carry);
+    carry = _mm256_and_si256(n64, carry2);
+    n64 = _mm256_xor_si256(n64, carry2);
+    n128 = _mm256_xor_si256(n128, carry);
   }
+  add_bit_counts(n128, 128, c);
+  add_bit_counts(n64, 64, c);
+  add_bit_counts(n32, 32, c);
+  add_bit_counts(n16, 16, c);
   add_bit_counts(eights, 8, c);
   add_bit_counts(fours, 4, c);
   add_bit_counts(twos, 2, c);

@@ -357,7 +357,9 @@ AMP_512 void count_keys8(const u8* __restrict key, u8 b, u32 c[8], Prefetch& pf)
     const __m512i k = _mm512_load_si512(key + i);
     return _mm512_shuffle_epi8(lut, _mm512_min_epu8(_mm512_sub_epi8(k, base), top));
   };
+  static_assert(kBlock / 1024 < 8, "the sixteens' counter holds up to 7 per bit");
   __m512i ones = _mm512_setzero_si512(), twos = ones, fours = ones, eights = ones;
+  __m512i n16 = ones, n32 = ones, n64 = ones;  // the sixteens, a binary counter
   for (int j = 0; j < 8; ++j) c[j] = 0;
   for (int i = 0; i < kBlock; i += 1024) {
     __m512i twos_a, twos_b, fours_a, fours_b, eights_a, eights_b, sixteens;
@@ -376,8 +378,14 @@ AMP_512 void count_keys8(const u8* __restrict key, u8 b, u32 c[8], Prefetch& pf)
     csa(fours_b, twos, twos, twos_a, twos_b);
     csa(eights_b, fours, fours, fours_a, fours_b);
     csa(sixteens, eights, eights, eights_a, eights_b);
-    add_bit_counts(sixteens, 16, c);
+    const __m512i carry = _mm512_and_si512(n16, sixteens);  // half adders
+    n16 = _mm512_xor_si512(n16, sixteens);
+    n64 = _mm512_ternarylogic_epi32(n64, n32, carry, 0x78);  // n64 ^ (n32 & carry)
+    n32 = _mm512_xor_si512(n32, carry);
   }
+  add_bit_counts(n64, 64, c);
+  add_bit_counts(n32, 32, c);
+  add_bit_counts(n16, 16, c);
   add_bit_counts(eights, 8, c);
   add_bit_counts(fours, 4, c);
   add_bit_counts(twos, 2, c);
