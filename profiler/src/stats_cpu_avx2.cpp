@@ -34,6 +34,8 @@
 
 #define AMP_AVX2_TARGET __attribute__((target("avx2,fma,f16c,bmi,bmi2,popcnt,lzcnt")))
 #define AMP_AVX2 AMP_AVX2_TARGET __attribute__((always_inline)) inline
+#define AMP_WINDOW_FN AMP_AVX2
+#include "stats_window.h"
 
 namespace ampscope::detail {
 namespace {
@@ -200,22 +202,11 @@ AMP_AVX2 void count_key8(const u8* __restrict key, u8 b, u32 c[8]) {
   __m256i n16 = ones, n32 = ones, n64 = ones, n128 = ones;  // the sixteens, a binary counter
   for (int j = 0; j < 8; ++j) c[j] = 0;
   for (int i = 0; i < kBlock; i += 512) {
-    __m256i twos_a, twos_b, fours_a, fours_b, eights_a, eights_b, sixteens;
-    csa(twos_a, ones, ones, bits(i), bits(i + 32));
-    csa(twos_b, ones, ones, bits(i + 64), bits(i + 96));
-    csa(fours_a, twos, twos, twos_a, twos_b);
-    csa(twos_a, ones, ones, bits(i + 128), bits(i + 160));
-    csa(twos_b, ones, ones, bits(i + 192), bits(i + 224));
-    csa(fours_b, twos, twos, twos_a, twos_b);
-    csa(eights_a, fours, fours, fours_a, fours_b);
-    csa(twos_a, ones, ones, bits(i + 256), bits(i + 288));
-    csa(twos_b, ones, ones, bits(i + 320), bits(i + 352));
-    csa(fours_a, twos, twos, twos_a, twos_b);
-    csa(twos_a, ones, ones, bits(i + 384), bits(i + 416));
-    csa(twos_b, ones, ones, bits(i + 448), bits(i + 480));
-    csa(fours_b, twos, twos, twos_a, twos_b);
-    csa(eights_b, fours, fours, fours_a, fours_b);
-    csa(sixteens, eights, eights, eights_a, eights_b);
+    const __m256i sixteens = add_sixteen<__m256i>(
+        [&](int j) AMP_AVX2_TARGET { return bits(i + 32 * j); },
+        [](__m256i& h, __m256i& l, __m256i a, __m256i b, __m256i c)
+            AMP_AVX2_TARGET { csa(h, l, a, b, c); },
+        ones, twos, fours, eights);
     __m256i carry = _mm256_and_si256(n16, sixteens);  // half adders
     n16 = _mm256_xor_si256(n16, sixteens);
     const __m256i carry2 = _mm256_and_si256(n32, carry);

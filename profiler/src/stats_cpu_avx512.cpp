@@ -41,6 +41,8 @@
 #define AMP_512_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2,popcnt")))
 #define AMP_512 AMP_512_TARGET __attribute__((always_inline)) inline
+#define AMP_WINDOW_FN AMP_512
+#include "stats_window.h"
 
 namespace ampscope::detail {
 namespace {
@@ -362,22 +364,11 @@ AMP_512 void count_keys8(const u8* __restrict key, u8 b, u32 c[8], Prefetch& pf)
   __m512i n16 = ones, n32 = ones, n64 = ones;  // the sixteens, a binary counter
   for (int j = 0; j < 8; ++j) c[j] = 0;
   for (int i = 0; i < kBlock; i += 1024) {
-    __m512i twos_a, twos_b, fours_a, fours_b, eights_a, eights_b, sixteens;
-    csa(twos_a, ones, ones, bits(i), bits(i + 64));
-    csa(twos_b, ones, ones, bits(i + 128), bits(i + 192));
-    csa(fours_a, twos, twos, twos_a, twos_b);
-    csa(twos_a, ones, ones, bits(i + 256), bits(i + 320));
-    csa(twos_b, ones, ones, bits(i + 384), bits(i + 448));
-    csa(fours_b, twos, twos, twos_a, twos_b);
-    csa(eights_a, fours, fours, fours_a, fours_b);
-    csa(twos_a, ones, ones, bits(i + 512), bits(i + 576));
-    csa(twos_b, ones, ones, bits(i + 640), bits(i + 704));
-    csa(fours_a, twos, twos, twos_a, twos_b);
-    csa(twos_a, ones, ones, bits(i + 768), bits(i + 832));
-    csa(twos_b, ones, ones, bits(i + 896), bits(i + 960));
-    csa(fours_b, twos, twos, twos_a, twos_b);
-    csa(eights_b, fours, fours, fours_a, fours_b);
-    csa(sixteens, eights, eights, eights_a, eights_b);
+    const __m512i sixteens = add_sixteen<__m512i>(
+        [&](int j) AMP_512_TARGET { return bits(i + 64 * j); },
+        [](__m512i& h, __m512i& l, __m512i a, __m512i b, __m512i c)
+            AMP_512_TARGET { csa(h, l, a, b, c); },
+        ones, twos, fours, eights);
     const __m512i carry = _mm512_and_si512(n16, sixteens);  // half adders
     n16 = _mm512_xor_si512(n16, sixteens);
     n64 = _mm512_ternarylogic_epi32(n64, n32, carry, 0x78);  // n64 ^ (n32 & carry)

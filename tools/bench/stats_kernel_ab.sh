@@ -6,7 +6,8 @@
 #
 # usage: tools/bench/stats_kernel_ab.sh [--isa avx2|avx512] VERSION... [-- HARNESS ARGS]
 #   VERSION       a git revision (the build's source file at it), a path to a version of that
-#                 file, or "." (the working tree's)
+#                 file, or "." (the working tree's); the headers it includes are the working
+#                 tree's for every version
 #   HARNESS ARGS  --n ELEMENTS (default 262144), --reps N (300), --scale S (1),
 #                 --data normal|relu|wide|zeros
 # e.g.  tools/bench/stats_kernel_ab.sh HEAD~1 .   -- --reps 500
@@ -14,7 +15,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 die() { echo "stats_kernel_ab: $*" >&2; exit 2; }
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; }
 
 isa=avx2
 versions=()
