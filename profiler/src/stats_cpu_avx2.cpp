@@ -215,21 +215,15 @@ AMP_AVX2 void count_key8(const u8* __restrict key, u8 b, u32 c[8]) {
     n64 = _mm256_xor_si256(n64, carry2);
     n128 = _mm256_xor_si256(n128, carry);
   }
-  add_bit_counts(n128, 128, c);
-  add_bit_counts(n64, 64, c);
-  add_bit_counts(n32, 32, c);
-  add_bit_counts(n16, 16, c);
-  add_bit_counts(eights, 8, c);
-  add_bit_counts(fours, 4, c);
-  add_bit_counts(twos, 2, c);
-  add_bit_counts(ones, 1, c);
+  const __m256i counters[] = {ones, twos, fours, eights, n16, n32, n64, n128};
+  for (int q = 0; q < 8; ++q) add_bit_counts(counters[q], 1u << q, c);
 }
 
 /// Exact threshold compares for the elements whose key byte satisfies `pick` (a mask builder),
 /// `count` of them (the scan stops when all are found; a count that includes values `pick` does
-/// not take reads every key): found by byte mask, handled one by one. `src.abs32(i)`: |float32 bits| of
-/// element i; `src.elem(p)`: the element whose key is at position p of a 32-key group. With `hb`,
-/// also counts each found element's binade.
+/// not take reads every key): found by byte mask, handled one by one. `src.abs32(i)`: |float32
+/// bits| of element i; `src.elem(p)`: the element whose key is at position p of a 32-key group.
+/// With `hb`, also counts each found element's binade.
 template <typename Src, typename Pick>
 AMP_AVX2 void scan_keys(const u8* __restrict key, int koff, const Src& src, i64 count, Pick pick,
                         u32* __restrict hb, i64* __restrict ex) {
@@ -259,7 +253,7 @@ AMP_AVX2 void scan_keys(const u8* __restrict key, int koff, const Src& src, i64 
 }
 
 constexpr int kMaxSweeps = 5;  // windows (eight binades each) before the scan by mask
-constexpr i64 kScanLeft = 24;  // values left in more than a window's binades: found by mask instead
+constexpr i64 kScanLeft = 24;  // values left in more than a window's binades: found by mask
 
 /// What the sweeps know about a block: the keys (the source's exponent field: 0 for a zero, as
 /// the block has no subnormals but float16 ones, see Subnormals16), its float32-domain exponent
@@ -273,37 +267,14 @@ struct KeyBlock {
   Prefetch* pf;
 };
 
-/// Per-binade counts hb[emin..emax] by windows of eight binades from the top down, until one
-/// binade is left besides the zeros (the two counts then follow from the count and key sum
-/// left) or none. Returns the lowest binade counted; the binades below it (if any) are left to a
-/// scan by mask, and `left` holds the values not counted (the zeros among them).
+/// Per-binade counts hb[emin..emax] (sweep_windows): returns the lowest binade counted, the
+/// binades below it (if any) left to a scan by mask; `left` holds the values not counted (the
+/// zeros among them).
 AMP_AVX2 int sweep_binades(const KeyBlock& kb, u32* hb, i64& left) {
-  const int emin = kb.emin;
-  for (int e = emin; e <= kb.emax; ++e) hb[e] = 0;
-  left = kBlock;              // values not yet counted (zeros included)
-  i64 left_sum = kb.key_sum;  // and the sum of their keys (a zero's is 0)
-  int lo = kb.emax + 1;       // lowest binade counted so far
-  for (int sweeps = 0; lo > emin; ++sweeps) {
-    if (lo - emin == 1) {  // c_e + zeros = left,  (emin - koff) c_e = left_sum
-      hb[emin] = static_cast<u32>(left_sum / (emin - kb.koff));
-      left -= hb[emin];
-      return emin;
-    }
-    if (sweeps == kMaxSweeps || (sweeps > 0 && left <= kScanLeft && lo - emin > 8)) break;
-    const int b = std::max(lo - 8 - kb.koff, 0);  // the window's lowest key
-    u32 c[8];
-    count_key8(kb.key, static_cast<u8>(b), c);
-    // the binades not counted yet (a window near key 0 reaches into counted ones; key 0, the
-    // zeros, is what is left at the end)
-    for (int e = std::max(b + kb.koff, emin); e < lo; ++e) {
-      const u32 n = c[e - kb.koff - b];
-      hb[e] = n;
-      left -= n;
-      left_sum -= static_cast<i64>(e - kb.koff) * n;
-    }
-    lo = std::max(b + kb.koff, emin);
-  }
-  return lo;
+  return sweep_windows(
+      kb.emin, kb.emax, kb.koff, kb.key_sum,
+      [&](u8 b, u32 c[8]) AMP_AVX2_TARGET { count_key8(kb.key, b, c); },
+      WindowLimits{kMaxSweeps, kScanLeft, 8}, hb, left);
 }
 
 /// The binades below the swept ones (emin <= e < lo), value by value: histogram and thresholds.

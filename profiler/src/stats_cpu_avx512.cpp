@@ -11,8 +11,8 @@
 //      binades from the top down, each key in the window one bit of a byte (a table lookup), the
 //      bits added position by position in carry-save form (two ternary-logic ops per vector);
 //      the last binade and the zeros follow from the count and the key sum, or, when few values
-//      are left, the scan of step 3 finds them. Wider blocks: four scalar tables indexed by key byte, so the cost stays
-//      flat however many binades the block spans.
+//      are left, the scan of step 3 finds them. Wider blocks: four scalar tables indexed by key
+//      byte, so the cost stays flat however many binades the block spans.
 //   3. the format counts from the histogram's cumulative counts. A threshold inside a populated
 //      binade (not at its lower edge) needs the values of that binade compared: one scan by mask
 //      finds the values of sparse binades and of the binades left by the sweeps (value by value),
@@ -374,13 +374,8 @@ AMP_512 void count_keys8(const u8* __restrict key, u8 b, u32 c[8], Prefetch& pf)
     n64 = _mm512_ternarylogic_epi32(n64, n32, carry, 0x78);  // n64 ^ (n32 & carry)
     n32 = _mm512_xor_si512(n32, carry);
   }
-  add_bit_counts(n64, 64, c);
-  add_bit_counts(n32, 32, c);
-  add_bit_counts(n16, 16, c);
-  add_bit_counts(eights, 8, c);
-  add_bit_counts(fours, 4, c);
-  add_bit_counts(twos, 2, c);
-  add_bit_counts(ones, 1, c);
+  const __m512i counters[] = {ones, twos, fours, eights, n16, n32, n64};
+  for (int q = 0; q < 7; ++q) add_bit_counts(counters[q], 1u << q, c);
 }
 
 /// A block's keys and what is known of them.
@@ -411,36 +406,16 @@ AMP_512 void threshold_of(const Keys<Bits>& kb, int i, int e, Counts& c) {
   c.ex[k1] += a < kBinadeTh.th[k1];
 }
 
-/// Narrow blocks: binades from the top down by windows of eight (count_keys8), until one binade
-/// is left beside the zeros (the two counts follow from the count and key sum left), or the last
-/// few values are left to the scan by mask (add_thresholds). The zeros are what is left.
+/// Narrow blocks: binades from the top down by windows of eight (sweep_windows), or the last
+/// few values left to the scan by mask (add_thresholds). The zeros are what is left.
 template <typename Bits>
 AMP_512 void hist_sweeps(const Keys<Bits>& kb, Counts& c) {
-  i64 left = kBlock, left_sum = kb.key_sum;  // not counted yet (zeros included: key 0)
-  int lo = kb.emax + 1;                      // binades >= lo are counted
-  for (int e = kb.emin; e <= kb.emax; ++e) c.hb[e] = 0;
-  for (bool first = true; lo > kb.emin; first = false) {
-    if (lo - kb.emin == 1) {  // c_e + zeros = left, emin c_e = left_sum
-      c.hb[kb.emin] = static_cast<u32>(left_sum / kb.emin);
-      left -= c.hb[kb.emin];
-      break;
-    }
-    if (!first && left <= kScanLeft) {
-      c.scan_lo = lo, c.scan_left = left;
-      break;
-    }
-    const int b = std::max(lo - 8, 0);  // the window's lowest key
-    u32 n[8];
-    count_keys8(kb.key, static_cast<u8>(b), n, *kb.pf);
-    // the binades not counted yet (a window near key 0 reaches into counted ones; key 0, the
-    // zeros, is what is left at the end)
-    for (int e = std::max(b, kb.emin); e < lo; ++e) {
-      c.hb[e] = n[e - b];
-      left -= n[e - b];
-      left_sum -= static_cast<i64>(e) * n[e - b];
-    }
-    lo = std::max(b, kb.emin);
-  }
+  i64 left = 0;
+  const int lo = sweep_windows(
+      kb.emin, kb.emax, /*koff=*/0, kb.key_sum,
+      [&](u8 b, u32 n[8]) AMP_512_TARGET { count_keys8(kb.key, b, n, *kb.pf); },
+      WindowLimits{kMaxSweepBins / 8 + 1, kScanLeft, 1}, c.hb, left);
+  if (lo > kb.emin) c.scan_lo = lo, c.scan_left = left;
   c.zeros = left;
 }
 
