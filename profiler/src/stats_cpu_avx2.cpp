@@ -23,10 +23,7 @@
 // could overflow or underflow float (|x| >= 2^59, or every |x| < 2^-40) use double throughout.
 #include <algorithm>
 #include <cstdint>
-#include <memory>
 
-#include "stats_block64.h"
-#include "stats_gather.h"
 #include "stats_kernel.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -34,7 +31,9 @@
 
 #define AMP_AVX2_TARGET __attribute__((target("avx2,fma,f16c,bmi,bmi2,popcnt,lzcnt")))
 #define AMP_AVX2 AMP_AVX2_TARGET __attribute__((always_inline)) inline
-#define AMP_WINDOW_FN AMP_AVX2
+#define AMP_SIMD_TARGET AMP_AVX2_TARGET
+#define AMP_SIMD_INLINE AMP_AVX2
+#include "stats_drivers.h"
 #include "stats_window.h"
 
 namespace ampscope::detail {
@@ -142,33 +141,7 @@ AMP_AVX2 void moments_double(int n, Load8 load8, double& sum, double& sum_sq) {
   sum_sq = hsum_pd(_mm256_add_pd(q0, q1));
 }
 
-/// Float moments are safe when no square can overflow a group's float sum (|x| < 2^59) and the
-/// largest value's square is far from float's underflow (|x| >= 2^-40): float32 bits of |x|max.
-constexpr bool float_moments_safe(u32 amax32) {
-  return amax32 < 0x5D000000u && amax32 >= 0x2B800000u;
-}
-
 // ---------------------------------------------------------------- histogram and thresholds
-
-constexpr int kPrefetchAhead = 16;  // blocks ahead of the one being read
-
-/// Software prefetch (into L2) of a later block, one cache line per step, spread over the first
-/// pass of the current one: memory keeps streaming while L1-resident data is counted
-/// (prefetching a whole block at once fills the line buffers, then leaves memory idle). The
-/// sweeps do not step it: a step in their loop costs them more than the rest of their work.
-struct Prefetch {
-  const char* p = nullptr;
-  const char* end = nullptr;
-  AMP_AVX2 void step() {
-    if (p < end) {
-      _mm_prefetch(p, _MM_HINT_T1);
-      p += 64;
-    }
-  }
-  AMP_AVX2 void drain() {
-    for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T1);
-  }
-};
 
 /// One carry-save adder step: a + b + c = 2 * h + l, bit by bit.
 AMP_AVX2 void csa(__m256i& h, __m256i& l, __m256i a, __m256i b, __m256i c) {
@@ -689,75 +662,14 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restric
   if (has_subnormals) subs.correct(A);
 }
 
-// ---------------------------------------------------------------- drivers
-
-/// Hands each block of a view to `block(ptr, n, prefetch)`: contiguous views in place (with the
-/// next block to prefetch), strided ones gathered into `buf`.
-template <typename T, typename Block>
-AMP_AVX2 void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Block&& block) {
-  const bool contig = v.is_contiguous();
-  const i64 total = v.numel();
-  Gather g(v, contig ? 0 : begin, sizeof(T));
-  const T* base = static_cast<const T*>(v.data) + (contig ? begin : 0);
-  for (i64 pos = begin; pos < end; pos += kBlock) {
-    const int n = static_cast<int>(std::min<i64>(kBlock, end - pos));
-    const T* src = base + (pos - begin);
-    Prefetch pf;
-    if (!contig) {
-      g.next(n, buf);
-      src = buf;
-    } else {
-      // ahead within the whole tensor, not just [begin, end) (see the AVX-512 build)
-      const i64 ahead = kPrefetchAhead * kBlock;
-      const i64 next_n = std::clamp<i64>(total - pos - ahead, 0, kBlock);
-      pf.p = reinterpret_cast<const char*>(src + ahead);
-      pf.end = pf.p + next_n * static_cast<i64>(sizeof(T));
-    }
-    block(src, n, pf);
+/// This build's full-block kernels, for the drivers (stats_drivers.h).
+struct Avx2Kernel {
+  static AMP_AVX2 void block32(const u32* x, Prefetch pf, Acc32& A) { block32_avx2(x, A, pf); }
+  template <bool kBF16>
+  static AMP_AVX2 void block16(const u16* x, u32* /*scratch*/, Prefetch pf, Acc32& A) {
+    block16_avx2<kBF16>(x, A, pf);
   }
-}
-
-template <bool kBF16>
-AMP_AVX2_TARGET void run16(const TensorView& v, i64 begin, i64 end, Stats& out) {
-  const FlushToZeroScope ftz;
-  auto A = std::make_unique<Acc32>();
-  alignas(64) u16 raw[kBlock];
-  for_each_block(v, begin, end, raw, [&](const u16* src, int n, Prefetch pf) AMP_AVX2_TARGET {
-    if (n == kBlock) {
-      block16_avx2<kBF16>(src, *A, pf);
-      return;
-    }
-    alignas(64) u32 buf[kBlock];
-    if (kBF16)
-      bf16_to_f32(src, n, buf);
-    else
-      f16_to_f32(src, n, buf);
-    block32_portable(buf, n, *A);
-  });
-  finish32(*A, out);
-}
-
-AMP_AVX2_TARGET void run32(const TensorView& v, i64 begin, i64 end, Stats& out) {
-  const FlushToZeroScope ftz;
-  auto A = std::make_unique<Acc32>();
-  alignas(64) u32 buf[kBlock];
-  for_each_block(v, begin, end, buf, [&](const u32* src, int n, Prefetch pf) AMP_AVX2_TARGET {
-    if (n == kBlock)
-      block32_avx2(src, *A, pf);
-    else
-      block32_portable(src, n, *A);
-  });
-  finish32(*A, out);
-}
-
-/// float64: the portable block, compiled here for AVX2.
-AMP_AVX2_TARGET void run64(const TensorView& v, i64 begin, i64 end, Stats& out) {
-  auto A = std::make_unique<Acc64>();
-  alignas(64) u64 buf[kBlock];
-  for_each_block(v, begin, end, buf,
-                 [&](const u64* src, int n, Prefetch) AMP_AVX2_TARGET { block64(src, n, *A); });
-  finish64(*A, out);
-}
+};
 
 }  // namespace
 
@@ -770,20 +682,7 @@ bool stats_avx2_usable() {
 }
 
 void run_stats_avx2(const TensorView& v, i64 begin, i64 end, Stats& out) {
-  switch (v.dtype) {
-    case DType::kFloat32:
-      run32(v, begin, end, out);
-      break;
-    case DType::kFloat16:
-      run16<false>(v, begin, end, out);
-      break;
-    case DType::kBFloat16:
-      run16<true>(v, begin, end, out);
-      break;
-    case DType::kFloat64:
-      run64(v, begin, end, out);
-      break;
-  }
+  run_stats_with<Avx2Kernel>(v, begin, end, out);
 }
 
 }  // namespace ampscope::detail

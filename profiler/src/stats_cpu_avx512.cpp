@@ -25,10 +25,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <memory>
 
-#include "stats_block64.h"
-#include "stats_gather.h"
 #include "stats_kernel.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -41,19 +38,13 @@
 #define AMP_512_TARGET \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,bmi,bmi2,popcnt")))
 #define AMP_512 AMP_512_TARGET __attribute__((always_inline)) inline
-#define AMP_WINDOW_FN AMP_512
+#define AMP_SIMD_TARGET AMP_512_TARGET
+#define AMP_SIMD_INLINE AMP_512
+#include "stats_drivers.h"
 #include "stats_window.h"
 
 namespace ampscope::detail {
 namespace {
-
-constexpr int kPrefetchAhead = 16;  // blocks ahead of the one being read (measured: 8-32 alike)
-
-/// Float moments are safe when no square can overflow a group's float sum (|x| < 2^59) and the
-/// largest value's square is far from float's underflow (|x| >= 2^-40): float32 bits of |x|max.
-constexpr bool float_moments_safe(u32 amax32) {
-  return amax32 < 0x5D000000u && amax32 >= 0x2B800000u;
-}
 
 AMP_512 double hsum_pd(__m512d v) { return _mm512_reduce_add_pd(v); }
 
@@ -110,25 +101,6 @@ struct LoadF16 {
   AMP_512 __m512i operator()(int i) const {
     const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
     return _mm512_castps_si512(_mm512_cvtph_ps(h));
-  }
-};
-
-// ---------------------------------------------------------------- prefetch
-
-/// Software prefetch (into L2) of a later block, one cache line per step, spread over all passes of
-/// the current one: memory keeps streaming while L1-resident data is counted (prefetching a whole
-/// block at once fills the line buffers, then leaves memory idle).
-struct Prefetch {
-  const char* p = nullptr;
-  const char* end = nullptr;
-  AMP_512 void step() {
-    if (p < end) {
-      _mm_prefetch(p, _MM_HINT_T1);
-      p += 64;
-    }
-  }
-  AMP_512 void drain() {
-    for (; p < end; p += 64) _mm_prefetch(p, _MM_HINT_T1);
   }
 };
 
@@ -572,73 +544,19 @@ AMP_512_TARGET __attribute__((noinline)) void block_bf16(const u16* x, u32* f32,
 
 // ---------------------------------------------------------------- drivers
 
-/// Hands each block of a view to `block(ptr, n, prefetch)`: contiguous views in place (with a
-/// later block to prefetch), strided ones gathered into `buf`.
-template <typename T, typename Block>
-AMP_512 void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Block&& block) {
-  const bool contig = v.is_contiguous();
-  const i64 total = v.numel();
-  Gather g(v, contig ? 0 : begin, sizeof(T));
-  const T* base = static_cast<const T*>(v.data) + (contig ? begin : 0);
-  for (i64 pos = begin; pos < end; pos += kBlock) {
-    const int n = static_cast<int>(std::min<i64>(kBlock, end - pos));
-    const T* src = base + (pos - begin);
-    Prefetch pf;
-    if (!contig) {
-      g.next(n, buf);
-      src = buf;
-    } else {
-      // ahead within the whole tensor, not just [begin, end): a chunk of a split tensor is as
-      // short as the prefetch distance, and the next chunk's memory is valid to prefetch
-      const i64 ahead = kPrefetchAhead * kBlock;
-      const i64 next_n = std::clamp<i64>(total - pos - ahead, 0, kBlock);
-      pf.p = reinterpret_cast<const char*>(src + ahead);
-      pf.end = pf.p + next_n * static_cast<i64>(sizeof(T));
-    }
-    block(src, n, pf);
+/// This build's full-block kernels, for the drivers (stats_drivers.h).
+struct Avx512Kernel {
+  static AMP_512 void block32(const u32* x, Prefetch pf, Acc32& A) {
+    block_avx512(Load32{x}, const_cast<u32*>(x), pf, A);
   }
-}
-
-template <bool kBF16>
-AMP_512_TARGET void run16(const TensorView& v, i64 begin, i64 end, Stats& out) {
-  const FlushToZeroScope ftz;
-  auto A = std::make_unique<Acc32>();
-  alignas(64) u16 raw[kBlock];
-  alignas(64) u32 buf[kBlock];
-  for_each_block(v, begin, end, raw, [&](const u16* src, int n, Prefetch pf) AMP_512_TARGET {
-    if constexpr (kBF16) {
-      if (n == kBlock) return block_bf16(src, buf, pf, *A);
-      bf16_to_f32(src, n, buf);
-    } else {
-      if (n == kBlock) return block_avx512(LoadF16{src}, buf, pf, *A);
-      f16_to_f32(src, n, buf);
-    }
-    block32_portable(buf, n, *A);
-  });
-  finish32(*A, out);
-}
-
-AMP_512_TARGET void run32(const TensorView& v, i64 begin, i64 end, Stats& out) {
-  const FlushToZeroScope ftz;
-  auto A = std::make_unique<Acc32>();
-  alignas(64) u32 buf[kBlock];
-  for_each_block(v, begin, end, buf, [&](const u32* src, int n, Prefetch pf) AMP_512_TARGET {
-    if (n == kBlock)
-      block_avx512(Load32{src}, const_cast<u32*>(src), pf, *A);
+  template <bool kBF16>
+  static AMP_512 void block16(const u16* x, u32* scratch, Prefetch pf, Acc32& A) {
+    if constexpr (kBF16)
+      block_bf16(x, scratch, pf, A);
     else
-      block32_portable(src, n, *A);
-  });
-  finish32(*A, out);
-}
-
-/// float64: the portable block, compiled here for AVX-512.
-AMP_512_TARGET void run64(const TensorView& v, i64 begin, i64 end, Stats& out) {
-  auto A = std::make_unique<Acc64>();
-  alignas(64) u64 buf[kBlock];
-  for_each_block(v, begin, end, buf,
-                 [&](const u64* src, int n, Prefetch) AMP_512_TARGET { block64(src, n, *A); });
-  finish64(*A, out);
-}
+      block_avx512(LoadF16{x}, scratch, pf, A);
+  }
+};
 
 }  // namespace
 
@@ -652,20 +570,7 @@ bool stats_avx512_usable() {
 }
 
 void run_stats_avx512(const TensorView& v, i64 begin, i64 end, Stats& out) {
-  switch (v.dtype) {
-    case DType::kFloat32:
-      run32(v, begin, end, out);
-      break;
-    case DType::kFloat16:
-      run16<false>(v, begin, end, out);
-      break;
-    case DType::kBFloat16:
-      run16<true>(v, begin, end, out);
-      break;
-    case DType::kFloat64:
-      run64(v, begin, end, out);
-      break;
-  }
+  run_stats_with<Avx512Kernel>(v, begin, end, out);
 }
 
 }  // namespace ampscope::detail

@@ -96,6 +96,12 @@ class FlushToZeroScope {
 };
 #endif
 
+/// Float moments are safe when no square can overflow a group's float sum (|x| < 2^59) and the
+/// largest value's square is far from float's underflow (|x| >= 2^-40): float32 bits of |x|max.
+constexpr bool float_moments_safe(u32 amax32) {
+  return amax32 < 0x5D000000u && amax32 >= 0x2B800000u;
+}
+
 AMP_INLINE_CE float f32_of(u32 b) { return __builtin_bit_cast(float, b); }
 AMP_INLINE_CE double f64_of(u64 b) { return __builtin_bit_cast(double, b); }
 

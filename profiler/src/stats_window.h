@@ -1,12 +1,12 @@
 // The exponent histogram by windows of eight binades, shared by the SIMD builds of the CPU stats
 // kernel (stats_cpu_avx2.cpp, stats_cpu_avx512.cpp): the walk over the windows and the
 // carry-save tree that counts one (each build's count_key8 wraps the tree in its own vectors).
-// Each build defines AMP_WINDOW_FN as its own function attributes (target ISA, always_inline)
+// Each build defines AMP_SIMD_INLINE as its own function attributes (target ISA, always_inline)
 // before including this header, so that these functions compile into that build only.
 #pragma once
 
-#ifndef AMP_WINDOW_FN
-#error "define AMP_WINDOW_FN (the including build's function attributes) first"
+#ifndef AMP_SIMD_INLINE
+#error "define AMP_SIMD_INLINE (the including build's function attributes) first"
 #endif
 
 #include <algorithm>
@@ -22,7 +22,7 @@ namespace {
 /// (the sixteens). `csa(h, l, a, b, c)` is the build's carry-save adder: a + b + c = 2h + l, bit
 /// by bit.
 template <typename V, typename Bits, typename Csa>
-AMP_WINDOW_FN V add_sixteen(Bits bits, Csa csa, V& ones, V& twos, V& fours, V& eights) {
+AMP_SIMD_INLINE V add_sixteen(Bits bits, Csa csa, V& ones, V& twos, V& fours, V& eights) {
   V twos_a, twos_b, fours_a, fours_b, eights_a, eights_b, sixteens;
   csa(twos_a, ones, ones, bits(0), bits(1));
   csa(twos_b, ones, ones, bits(2), bits(3));
@@ -56,7 +56,7 @@ struct WindowLimits {
   int scan_binades;
 };
 template <typename Count8>
-AMP_WINDOW_FN int sweep_windows(int emin, int emax, int koff, i64 key_sum, Count8 count8,
+AMP_SIMD_INLINE int sweep_windows(int emin, int emax, int koff, i64 key_sum, Count8 count8,
                                 WindowLimits lim, u32* hb, i64& left) {
   for (int e = emin; e <= emax; ++e) hb[e] = 0;
   left = kBlock;           // values not counted yet (zeros included)

@@ -5,9 +5,10 @@
 # the same randn data. Versions that disagree on any count are flagged MISMATCH.
 #
 # usage: tools/bench/stats_kernel_ab.sh [--isa avx2|avx512] VERSION... [-- HARNESS ARGS]
-#   VERSION       a git revision (the build's source file at it), a path to a version of that
-#                 file, or "." (the working tree's); the headers it includes are the working
-#                 tree's for every version
+#   VERSION       a git revision (the build's source file and the kernel's own headers,
+#                 profiler/src/*.h, at it), a path to a version of that file, or "." (the
+#                 working tree's); other headers (the public ones: Stats, TensorView) are the
+#                 working tree's for every version
 #   HARNESS ARGS  --n ELEMENTS (default 262144), --reps N (300), --scale S (1),
 #                 --data normal|relu|wide|zeros
 # e.g.  tools/bench/stats_kernel_ab.sh HEAD~1 .   -- --reps 500
@@ -51,16 +52,20 @@ table=""
 pids=()
 for i in "${!versions[@]}"; do
   v=${versions[$i]}
+  own=()  # a revision's own kernel headers, found before the working tree's
   if [[ $v == . ]]; then
     cp "$root/$src" "$work/v$i.cpp"
   elif [[ -f $v ]]; then
     cp "$v" "$work/v$i.cpp"
   else
     git -C "$root" show "$v:$src" > "$work/v$i.cpp" 2>/dev/null || die "no $src at revision '$v'"
+    mkdir "$work/h$i"
+    git -C "$root" archive "$v" profiler/src | tar -x -C "$work/h$i" --wildcards '*.h'
+    own=(-I "$work/h$i/profiler/src")
   fi
   echo "void ab_run_$i(const TensorView&, i64, i64, Stats&);" >> "$hdr"
   table+="{\"$v\", ampscope::detail::ab_run_$i},"
-  "$cxx" "${flags[@]}" -Drun_stats_$isa=ab_run_$i -Dstats_${isa}_usable=ab_usable_$i \
+  "$cxx" "${own[@]}" "${flags[@]}" -Drun_stats_$isa=ab_run_$i -Dstats_${isa}_usable=ab_usable_$i \
     -c "$work/v$i.cpp" -o "$work/v$i.o" &
   pids+=($!)
 done
