@@ -57,7 +57,7 @@ struct WindowLimits {
 };
 template <typename Count8>
 AMP_SIMD_INLINE int sweep_windows(int emin, int emax, int koff, i64 key_sum, Count8 count8,
-                                WindowLimits lim, u32* hb, i64& left) {
+                                  WindowLimits lim, u32* hb, i64& left) {
   for (int e = emin; e <= emax; ++e) hb[e] = 0;
   left = kBlock;           // values not counted yet (zeros included)
   i64 left_sum = key_sum;  // and the sum of their keys
