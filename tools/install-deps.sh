@@ -31,13 +31,13 @@ if [ "$have_torch" != "$TORCH_VERSION" ]; then
   log "pip: installing torch==$TORCH_VERSION (found: ${have_torch:-none}); this is a large download"
   "$PYTHON" -m pip install --quiet --disable-pip-version-check "torch==$TORCH_VERSION"
 fi
-# Test-only packages: real models nobody here wrote (no weights are downloaded; accelerate is
-# what transformers.Trainer needs); selenium drives
+# Test-only packages: real models nobody here wrote (transformers, timm, torchvision; no weights
+# are downloaded; accelerate is what transformers.Trainer needs); selenium drives
 # the Debian chromium for the HTML report's browser test; wheel lets `pip install
 # --no-build-isolation .` build (the packaging test).
 # module:requirement pairs; torchvision is pinned to the release built for torch 2.11.0.
 for pair in numpy:numpy pytest:pytest torchvision:torchvision==0.26.0 transformers:transformers==5.24.0 \
-            selenium:selenium==4.51.0 accelerate:accelerate==1.16.0 wheel:wheel; do
+            timm:timm==1.0.31 selenium:selenium==4.51.0 accelerate:accelerate==1.16.0 wheel:wheel; do
   mod=${pair%%:*}; req=${pair#*:}
   "$PYTHON" -c "import $mod" 2>/dev/null || {
     log "pip: installing $req"
