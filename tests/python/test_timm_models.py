@@ -1,8 +1,10 @@
 """Verdicts on timm vision models nobody here wrote (random init, CPU, no downloads): stock
 models are clean in float32 and bfloat16 and train bit for bit as they do unprofiled; in float16
 without a GradScaler, `loss_scaling` is given exactly where the gradients really sit below
-float16's normal range. Oracles: torch itself (an unprofiled run; the run's own gradients,
-collected by tensor hooks and compared with 2**-14 in float32)."""
+float16's normal range; a planted float16 overflow is named (layer, op's step, float32 finite)
+at the step it starts, sampled or not. Oracles: torch itself (an unprofiled run; the run's own
+gradients, collected by tensor hooks and compared with 2**-14 in float32; the first leaf module
+whose output torch.isfinite rejects while its inputs pass)."""
 import math
 
 import pytest
@@ -123,3 +125,70 @@ def test_float16_loss_scaling_follows_the_gradients(name):
         assert ev["format"] == "float16" and ev["share_lost"] >= 0.01
         names = {n for n, _ in build(name).named_modules()}
         assert {w["layer"] for w in ev["worst_layers"]} <= names
+
+
+class FirstNonfinite:
+    """Oracle: the first leaf module whose output holds NaN/Inf while its tensor inputs are
+    finite, and at which step (forward hooks, checked by torch.isfinite)."""
+
+    def __init__(self, model):
+        self.found = None
+        self.step = 0
+        for n, m in model.named_modules():
+            if not list(m.children()):
+                m.register_forward_hook(self.hook(n))
+
+    def hook(self, name):
+        def check(_module, inputs, out):
+            if self.found or not isinstance(out, torch.Tensor):
+                return
+            ins = [t for t in inputs if isinstance(t, torch.Tensor)]
+            if not torch.isfinite(out).all() and all(torch.isfinite(t).all() for t in ins):
+                self.found = (self.step, name)
+        return check
+
+
+def planted_run(name, layer, at, profile_kwargs=None):
+    """Four SGD steps in float16; before step `at` the weight of `layer` is scaled by 1e5, so
+    its output overflows float16 (not float32) from then on."""
+    model = build(name)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = batch()
+    x = x * 4
+    oracle = FirstNonfinite(model) if profile_kwargs is None else None
+
+    def loop():
+        for step in range(4):
+            if step == at:
+                with torch.no_grad():
+                    model.get_submodule(layer).weight.mul_(1e5)
+            if oracle:
+                oracle.step = step
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = torch.nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+    if profile_kwargs is None:
+        loop()
+        return oracle.found
+    with ampscope.profile(out=None, **profile_kwargs) as prof:
+        loop()
+    return prof.report
+
+
+@pytest.mark.parametrize("name,layer,at,every", [
+    ("resnet18", "layer3.0.conv1", 0, 1),
+    ("resnet18", "layer3.0.conv1", 2, 10),  # an unsampled step: the watch and its replay
+    ("convnext_atto", "stages.2.blocks.0.mlp.fc1", 2, 10),
+])
+def test_planted_float16_overflow_is_named_at_its_step(name, layer, at, every):
+    assert planted_run(name, layer, at) == (at, layer)  # the oracle sees the plant
+    report = planted_run(name, layer, at, {"every": every})
+    first = report["first_nonfinite"]
+    assert (first["step"], first["layer"]) == (at, layer)
+    assert first["inputs_finite"] and not first["fp32_also_nonfinite"]
+    pins = [f for f in report["recommendations"] if f["action"] == "pin_fp32"]
+    assert [f["layer"] for f in pins] == [layer]
+    assert "nonfinite_origin" in pins[0]["reasons"]
