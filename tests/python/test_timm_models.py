@@ -178,14 +178,15 @@ def planted_run(name, layer, at, profile_kwargs=None):
     return prof.report
 
 
-@pytest.mark.parametrize("name,layer,at,every", [
-    ("resnet18", "layer3.0.conv1", 0, 1),
-    ("resnet18", "layer3.0.conv1", 2, 10),  # an unsampled step: the watch and its replay
-    ("convnext_atto", "stages.2.blocks.0.mlp.fc1", 2, 10),
+@pytest.mark.parametrize("name,layer,at,every,sentinel", [
+    ("resnet18", "layer3.0.conv1", 0, 1, "watch"),
+    ("resnet18", "layer3.0.conv1", 2, 10, "watch"),  # an unsampled step: the watch's replay
+    ("resnet18", "layer3.0.conv1", 2, 10, "ops"),  # the same under the per-op sentinel
+    ("convnext_atto", "stages.2.blocks.0.mlp.fc1", 2, 10, "watch"),
 ])
-def test_planted_float16_overflow_is_named_at_its_step(name, layer, at, every):
+def test_planted_float16_overflow_is_named_at_its_step(name, layer, at, every, sentinel):
     assert planted_run(name, layer, at) == (at, layer)  # the oracle sees the plant
-    report = planted_run(name, layer, at, {"every": every})
+    report = planted_run(name, layer, at, {"every": every, "sentinel": sentinel})
     first = report["first_nonfinite"]
     assert (first["step"], first["layer"]) == (at, layer)
     assert first["inputs_finite"] and not first["fp32_also_nonfinite"]
