@@ -16,28 +16,31 @@
 namespace ampscope::detail {
 namespace {
 
+/// Adds eight vectors of bits, bits(first) .. bits(first + 7), into the carry-save counters
+/// ones, twos and fours (one vector per binary digit); returns the carries out of fours (the
+/// eights). `csa(h, l, a, b, c)` is the build's carry-save adder: a + b + c = 2h + l, bit by bit.
+template <typename V, typename Bits, typename Csa>
+AMP_SIMD_INLINE V add_eight(Bits& bits, Csa& csa, int first, V& ones, V& twos, V& fours) {
+  V twos_a, twos_b, fours_a, fours_b, eights;
+  csa(twos_a, ones, ones, bits(first), bits(first + 1));
+  csa(twos_b, ones, ones, bits(first + 2), bits(first + 3));
+  csa(fours_a, twos, twos, twos_a, twos_b);
+  csa(twos_a, ones, ones, bits(first + 4), bits(first + 5));
+  csa(twos_b, ones, ones, bits(first + 6), bits(first + 7));
+  csa(fours_b, twos, twos, twos_a, twos_b);
+  csa(eights, fours, fours, fours_a, fours_b);
+  return eights;
+}
+
 /// Adds sixteen vectors of bits, bits(0) .. bits(15), into carry-save counters (Harley-Seal):
 /// ones, twos, fours and eights hold, one vector per binary digit, how many of the vectors added
 /// so far (modulo sixteen) have each bit of each byte set; returns the carries out of eights
-/// (the sixteens). `csa(h, l, a, b, c)` is the build's carry-save adder: a + b + c = 2h + l, bit
-/// by bit.
+/// (the sixteens).
 template <typename V, typename Bits, typename Csa>
 AMP_SIMD_INLINE V add_sixteen(Bits bits, Csa csa, V& ones, V& twos, V& fours, V& eights) {
-  V twos_a, twos_b, fours_a, fours_b, eights_a, eights_b, sixteens;
-  csa(twos_a, ones, ones, bits(0), bits(1));
-  csa(twos_b, ones, ones, bits(2), bits(3));
-  csa(fours_a, twos, twos, twos_a, twos_b);
-  csa(twos_a, ones, ones, bits(4), bits(5));
-  csa(twos_b, ones, ones, bits(6), bits(7));
-  csa(fours_b, twos, twos, twos_a, twos_b);
-  csa(eights_a, fours, fours, fours_a, fours_b);
-  csa(twos_a, ones, ones, bits(8), bits(9));
-  csa(twos_b, ones, ones, bits(10), bits(11));
-  csa(fours_a, twos, twos, twos_a, twos_b);
-  csa(twos_a, ones, ones, bits(12), bits(13));
-  csa(twos_b, ones, ones, bits(14), bits(15));
-  csa(fours_b, twos, twos, twos_a, twos_b);
-  csa(eights_b, fours, fours, fours_a, fours_b);
+  const V eights_a = add_eight<V>(bits, csa, 0, ones, twos, fours);
+  const V eights_b = add_eight<V>(bits, csa, 8, ones, twos, fours);
+  V sixteens;
   csa(sixteens, eights, eights, eights_a, eights_b);
   return sixteens;
 }
