@@ -33,13 +33,26 @@ def batch():
     return torch.randn(4, 3, 32, 32, generator=g), torch.randint(0, 10, (4,), generator=g)
 
 
-def train(name, dtype, profile_kwargs=None, on_backward=None):
+def run(loop, profile_kwargs):
+    """Runs `loop()`, inside ampscope.profile(**profile_kwargs) unless that is None; returns
+    the report (None when not profiled)."""
+    if profile_kwargs is None:
+        loop()
+        return None
+    with ampscope.profile(out=None, **profile_kwargs) as prof:
+        loop()
+    return prof.report
+
+
+def train(name, dtype, profile_kwargs=None, gradients=None):
     """STEPS AdamW steps on one batch under autocast (`dtype` None: float32); with
-    `profile_kwargs` inside ampscope.profile. Returns (report or None, losses)."""
+    `profile_kwargs` inside ampscope.profile; `gradients` (a GradientShare) sees every
+    gradient. Returns (report or None, losses)."""
     model = build(name)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     x, y = batch()
-    hooks = on_backward(model) if on_backward else None
+    if gradients is not None:
+        gradients.watch(model)
     losses = []
 
     def loop():
@@ -48,17 +61,12 @@ def train(name, dtype, profile_kwargs=None, on_backward=None):
                 loss = torch.nn.functional.cross_entropy(model(x), y)
             opt.zero_grad()
             loss.backward()
-            if hooks is not None:
-                hooks.after_backward(model)
+            if gradients is not None:
+                gradients.after_backward(model)
             opt.step()
             losses.append(loss.item())
 
-    if profile_kwargs is None:
-        loop()
-        return None, losses
-    with ampscope.profile(out=None, **profile_kwargs) as prof:
-        loop()
-    return prof.report, losses
+    return run(loop, profile_kwargs), losses
 
 
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16], ids=["float32", "bfloat16"])
@@ -89,14 +97,13 @@ class GradientShare:
         self.nonzero += nz.numel()
         self.below += int((nz < F16_MIN_NORMAL).sum())
 
-    def __call__(self, model):
+    def watch(self, model):
         def on_output(_module, _inputs, out):
             if isinstance(out, torch.Tensor) and out.requires_grad:
                 out.register_hook(self.add)
 
         for m in model.modules():
             m.register_forward_hook(on_output)
-        return self
 
     def after_backward(self, model):
         for p in model.parameters():
@@ -111,7 +118,7 @@ class GradientShare:
 @pytest.mark.parametrize("name", ["efficientnet_b0", "mobilenetv3_small_100", "resnet18"])
 def test_float16_loss_scaling_follows_the_gradients(name):
     oracle = GradientShare()
-    _, plain = train(name, torch.float16, on_backward=oracle)
+    _, plain = train(name, torch.float16, gradients=oracle)
     report, losses = train(name, torch.float16, profile_kwargs={})
     assert losses == plain
     # The rule's own set of values (every autograd node's incoming gradients) is wider than the
@@ -170,12 +177,8 @@ def planted_run(name, layer, at, profile_kwargs=None):
             loss.backward()
             opt.step()
 
-    if profile_kwargs is None:
-        loop()
-        return oracle.found
-    with ampscope.profile(out=None, **profile_kwargs) as prof:
-        loop()
-    return prof.report
+    report = run(loop, profile_kwargs)
+    return oracle.found if oracle else report
 
 
 @pytest.mark.parametrize("name,layer,at,every,sentinel", [
