@@ -322,6 +322,84 @@ TEST(LossScale, BackwardOriginInFloat32IsAModelBug) {
   EXPECT_EQ(recs[0].layer, "fc2");
 }
 
+// GPT-2's GELU in float16: pow(x, 3) overflows in forward and tanh turns the inf into 1 (benign
+// there); its backward's 3 * x^2 * grad is then inf * 0 = NaN. Not a matter of the loss scale.
+TEST(LossScale, BackwardOriginAfterTheLayersForwardOverflowIsAPin) {
+  OpRecord pow = op("aten::pow", ampscope::Phase::kForward, "float16");
+  pow.nonfinite_from_finite = 1;
+  pow.benign_nonfinite = 1;
+  pow.first_nonfinite_step = 2;
+  pow.stats.posinf = 12;
+  Report r = run("float16", {layer("fc2", {pow, op("AddmmBackward0", ampscope::Phase::kBackward, "float16")})});
+  r.first_nonfinite = backward_origin("float16");
+  r.first_nonfinite->forward_nonfinite = true;  // the observer matched the node to its forward call
+  auto recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].layer, "fc2");
+  EXPECT_EQ(recs[0].action, Action::kPinFp32);
+  EXPECT_EQ(recs[0].severity, Severity::kCritical);
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"backward_of_forward_nonfinite"});
+  EXPECT_EQ(recs[0].evidence["ops"][0]["op"], "aten::pow");
+  EXPECT_EQ(precision_map_from(recs).pin_fp32, std::vector<std::string>{"fc2"});
+  // Without that match a forward creation of the same layer explains nothing: the node may have
+  // overflowed on its own (an attention mask's -inf is a forward creation too).
+  r.first_nonfinite->forward_nonfinite = false;
+  EXPECT_EQ(recommend(r).at(0).action, Action::kLossScaling);
+  // A forward creation that is non-finite in float32 too is a model bug.
+  r.first_nonfinite->forward_nonfinite = true;
+  r.layers[0].ops[0].fp32_nonfinite = 1;
+  EXPECT_EQ(recommend(r).at(0).action, Action::kFixModel);
+  // The flag survives the report's JSON.
+  Report back = report_from_json(report_to_json(r));
+  EXPECT_TRUE(back.first_nonfinite->forward_nonfinite);
+}
+
+TEST(LossScale, ScalerCaughtGradientsFromTheForwardsOverflowAreStillAPin) {
+  // The same GELU under a GradScaler: it skips the step, but no scale makes 0 * inf finite, so
+  // it would skip every step. Caught gradients of any other making stay information.
+  OpRecord pow = op("aten::pow", ampscope::Phase::kForward, "float16");
+  pow.nonfinite_from_finite = 3;
+  pow.benign_nonfinite = 3;
+  pow.first_nonfinite_step = 0;
+  Report r = run("float16", {layer("fc2", {pow})});
+  r.loss_scale = {{0, 65536.0, true}, {1, 32768.0, true}, {2, 16384.0, true}};
+  r.scaler_caught = ScalerCaught{3, backward_origin("float16")};
+  EXPECT_TRUE(recommend(r).empty());
+  r.scaler_caught->first.forward_nonfinite = true;
+  auto recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].layer, "fc2");
+  EXPECT_EQ(recs[0].action, Action::kPinFp32);
+  EXPECT_EQ(recs[0].severity, Severity::kHigh);
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"backward_of_forward_nonfinite"});
+}
+
+TEST(Origin, AnOriginWhoseMakerWasNotRecordedClaimsNoCause) {
+  // The watch saw a float32 parameter gradient go non-finite on an unsampled step.
+  Report r = run("float16", {});
+  r.first_nonfinite = backward_origin("float32");
+  r.first_nonfinite->inputs_finite = false;
+  auto recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].action, Action::kWatch);
+  EXPECT_EQ(recs[0].severity, Severity::kCritical);
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"nonfinite_origin_unobserved"});
+  EXPECT_TRUE(precision_map_from(recs).pin_fp32.empty());
+  // A backward origin from finite gradients in a run that recorded only some ops: the forward
+  // NaN/Inf its node met may have come from an op left out.
+  r.first_nonfinite->inputs_finite = true;
+  EXPECT_EQ(recommend(r).at(0).action, Action::kFixModel);
+  r.run.sampling.include_ops = {"aten::*mm*"};
+  EXPECT_EQ(recommend(r).at(0).reasons, std::vector<std::string>{"nonfinite_origin_unobserved"});
+  // So is a forward op handed NaN/Inf there; without filters that is the data's.
+  r.first_nonfinite->phase = ampscope::Phase::kForward;
+  r.first_nonfinite->op = "aten::add";
+  r.first_nonfinite->inputs_finite = false;
+  EXPECT_EQ(recommend(r).at(0).reasons, std::vector<std::string>{"nonfinite_origin_unobserved"});
+  r.run.sampling.include_ops.clear();
+  EXPECT_EQ(recommend(r).at(0).reasons, std::vector<std::string>{"nonfinite_input"});
+}
+
 TEST(LossScale, OrdinaryBackoffIsNothing) {
   Report r = run("float16", {});
   // The usual start: a few overflows halve 2^16, then clean steps.
@@ -332,6 +410,11 @@ TEST(LossScale, OrdinaryBackoffIsNothing) {
   double s = std::exp2(20);
   for (int i = 0; i < 6; ++i, s /= 2) r.loss_scale.push_back({i, s, true});
   EXPECT_TRUE(recommend(r).empty());
+  // ... but not one that never ends: kNeverCleanRun updates and no clean one, training stalled.
+  for (int i = 6; i < kNeverCleanRun; ++i, s /= 2) r.loss_scale.push_back({i, s, true});
+  auto recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"loss_scale_collapse"});
 }
 
 // --- fp32 comparison in the origin's evidence

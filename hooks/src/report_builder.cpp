@@ -48,6 +48,7 @@ reports::NonFiniteEvent to_event(const NonFiniteRecord& f, const std::vector<Lay
   e.compute_dtype = dtype_name(f.compute_dtype);
   e.output_stats = f.output_stats;
   e.nonfinite_scalar = f.nonfinite_scalar;
+  e.forward_nonfinite = f.forward_nonfinite;
   e.reached = f.reached;
   e.reached_step = f.reached_step;
   return e;

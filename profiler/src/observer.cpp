@@ -137,6 +137,12 @@ struct Call : at::ObserverContext {
 struct Producer {
   OpKey key;
   std::int64_t step = 0;
+  const void* node = nullptr;  ///< the producing node itself
+  std::uint64_t thread = 0;    ///< its forward thread and sequence number (see CreationSeqs)
+  std::int64_t seq = -1;
+  /// Other nodes whose gradients were summed into the same consumer's input buffer before this
+  /// one (the engine adds them up: which of them made a NaN/Inf cannot be told from the sum).
+  std::vector<Producer> also;
 };
 
 struct ThreadState {
@@ -314,10 +320,14 @@ void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call)
   }
   call.inputs.assign(inputs.begin(), inputs.end());
   // An in-place op overwrites its first input; whether that held NaN/Inf before is known from
-  // provenance (every non-finite tensor an observed op made is tainted), so no pre-scan.
+  // provenance (every non-finite tensor an observed op made is tainted), so no pre-scan, but
+  // where filters leave ops or layers out: they may have made NaN/Inf provenance never saw.
   if (global().input_stats && !call.sentinel) {
     call.input_stats = stats_of(call.inputs);
     call.inputs_finite = call.input_stats.nonfinite() == 0;
+    call.inputs_checked = true;
+  } else if (global().filtered && call.info->inplace) {
+    call.inputs_finite = all_finite(call.inputs);
     call.inputs_checked = true;
   }
 }
@@ -334,13 +344,33 @@ OpKey node_key(const Call& call) {
 }
 
 void record_backward_origin(const Producer& p, const Stats& received, std::int8_t dtype,
-                            bool inputs_finite = true);
+                            bool inputs_finite = true, bool forward_nonfinite = false);
+
+/// Whether the node of (thread, seq) was made by a forward call that created NaN/Inf from
+/// finite inputs (see CreationSeqs).
+bool made_by_forward_creation(std::uint64_t thread, std::int64_t seq) {
+  if (seq < 0) return false;
+  auto& g = global();
+  std::lock_guard<std::mutex> lock(g.creations_mu);
+  return std::any_of(g.creations.begin(), g.creations.end(), [&](const auto& c) {
+    return c.thread == thread && c.lo <= seq && seq < c.hi;
+  });
+}
+
+/// Of a consumer's producers (the last and those summed with it), the one whose own forward op
+/// created NaN/Inf: the backward formula met them again (nullptr: none).
+const Producer* forward_creation_producer(const Producer& p) {
+  if (made_by_forward_creation(p.thread, p.seq)) return &p;
+  for (const Producer& other : p.also)
+    if (made_by_forward_creation(other.thread, other.seq)) return &other;
+  return nullptr;
+}
 
 /// Backward origins: RecordFunction never shows a node's outputs, but they are the next nodes'
 /// inputs. Until the run's first NaN/Inf, each node with finite incoming gradients is
 /// remembered under the nodes its outputs flow into (its next edges); a node receiving NaN/Inf
 /// then names its producer as the origin.
-void track_backward_origin(ThreadState& t, const Call& call) {
+void track_backward_origin(ThreadState& t, const at::RecordFunction& fn, const Call& call) {
   if (global().have_first_nonfinite.load(std::memory_order_acquire)) return;
   const int task = torch::autograd::get_current_graph_task_id();
   if (task != t.graph_task) {
@@ -352,7 +382,10 @@ void track_backward_origin(ThreadState& t, const Call& call) {
   if (call.stats.nonfinite() > 0) {
     auto it = t.producers.find(node.get());
     if (it != t.producers.end()) {
-      record_backward_origin(it->second, call.stats, call.input_dtype);
+      if (const Producer* made = forward_creation_producer(it->second))
+        record_backward_origin(*made, call.stats, call.input_dtype, true, /*forward_nonfinite=*/true);
+      else
+        record_backward_origin(it->second, call.stats, call.input_dtype);
     } else {
       Producer self;  // no producer seen: the node itself is the first to hold them
       self.key = node_key(call);
@@ -364,8 +397,18 @@ void track_backward_origin(ThreadState& t, const Call& call) {
   Producer p;
   p.key = node_key(call);
   p.step = call.step;
+  p.node = node.get();
+  p.thread = fn.forwardThreadId();
+  p.seq = fn.seqNr();
   for (const auto& edge : node->next_edges()) {
-    if (edge.function) t.producers[edge.function.get()] = p;
+    if (!edge.function) continue;
+    auto [it, fresh] = t.producers.try_emplace(edge.function.get(), p);
+    if (fresh || it->second.node == p.node) continue;  // x * x: two edges, one producer
+    std::vector<Producer> also = std::move(it->second.also);
+    it->second.also.clear();
+    if (also.size() < 8) also.push_back(std::move(it->second));
+    it->second = p;
+    it->second.also = std::move(also);
   }
 }
 
@@ -451,7 +494,7 @@ void start_backward_top(ThreadState& t, const at::RecordFunction& fn, Call& call
     // CUDA gradients: into the entry's device slot (its key is known now; see finish_top).
     device_record(inputs, *t.table, node_key(call), call.step);
   }
-  track_backward_origin(t, call);
+  track_backward_origin(t, fn, call);
 }
 
 /// The autograd engine wraps each node in an "autograd::engine::evaluate_function: <Node>"
@@ -798,19 +841,28 @@ void gradient_nonfinite(NonFiniteRecord rec) {
 }
 
 void record_backward_origin(const Producer& p, const Stats& received, std::int8_t dtype,
-                            bool inputs_finite) {
+                            bool inputs_finite, bool forward_nonfinite) {
   auto& g = global();
   NonFiniteRecord rec;
   rec.step = p.step;
   rec.phase = Phase::kBackward;
   rec.layer = p.key.layer;
   rec.op = g.ops.name(p.key.op);
+  rec.forward_nonfinite = forward_nonfinite;
+  const bool ambiguous = !forward_nonfinite && !p.also.empty();
+  if (ambiguous) {
+    // Several gradients were summed: the last one is named, the others said, none counted.
+    rec.op += " (or another of the gradients summed with it:";
+    for (std::size_t i = 0; i < p.also.size(); ++i)
+      rec.op += (i == 0 ? " " : ", ") + g.ops.name(p.also[i].key.op);
+    rec.op += ")";
+  }
   rec.nan = received.nan > 0;
   rec.inputs_finite = inputs_finite;
   rec.compute_dtype = dtype;  // the dtype its output gradient arrived in
   rec.output_stats = received;
   gradient_nonfinite(std::move(rec));
-  if (!inputs_finite) return;
+  if (!inputs_finite || ambiguous) return;
   // The producer's own entry (already in this thread's table) counts the call as an origin.
   auto& t = tls;
   std::lock_guard<std::mutex> lock(t.table->mu);
@@ -899,6 +951,18 @@ NonFiniteRecord parameter_write_record(const Call& call, LayerId layer, const St
   return rec;
 }
 
+/// A forward call created NaN/Inf from finite inputs: the autograd nodes it made (sequence
+/// numbers from its start to now) will meet them again in backward.
+void note_forward_creation(const at::RecordFunction& fn, const Call& call) {
+  const std::uint64_t hi = at::sequence_number::peek();
+  if (hi <= call.seq0) return;  // no node: nothing to meet in backward
+  auto& g = global();
+  std::lock_guard<std::mutex> lock(g.creations_mu);
+  if (g.creations.size() >= GlobalState::kMaxCreations) g.creations.erase(g.creations.begin());
+  g.creations.push_back({fn.threadId(), static_cast<std::int64_t>(call.seq0),
+                         static_cast<std::int64_t>(hi)});
+}
+
 /// An op returned NaN/Inf: it either carries an earlier origin's values on (a tainted input)
 /// or creates new ones (from finite inputs, from a NaN/inf constant, or from non-finite values
 /// of unknown source). Its outputs are tainted with that origin; optimizer state or parameters
@@ -913,6 +977,7 @@ void on_nonfinite_output(const at::RecordFunction& fn, Call& call, const OpKey& 
     if (call.inputs_finite) {
       agg.nonfinite_from_finite = 1;
       agg.first_nonfinite_step = call.step;
+      if (call.phase == Phase::kForward) note_forward_creation(fn, call);
     }
     Origin o;
     o.key = key;
@@ -1229,6 +1294,11 @@ void Observer::start(const ObserverOptions& options) {
   NameFilter layers = options.layers;
   layers.hierarchical = true;
   g.layer_filter.configure(layers);
+  g.filtered = !g.op_filter.empty() || !layers.empty();
+  {
+    std::lock_guard<std::mutex> lock(g.creations_mu);
+    g.creations.clear();
+  }
   g.generation.fetch_add(1, std::memory_order_acq_rel);
   g.running.store(true);
   detail::g_handle = at::addGlobalCallback(

@@ -93,6 +93,18 @@ struct GlobalState {
   bool input_stats = false;
   NameFilter op_filter;
   LayerFilter layer_filter;
+  /// Some ops or layers are left out: NaN/Inf may come from what the observer never saw.
+  bool filtered = false;
+  /// The autograd nodes forward calls made while creating NaN/Inf from finite inputs: their
+  /// thread and sequence numbers [lo, hi). A backward node among them meets its own forward's
+  /// values. The last kMaxCreations, guarded by creations_mu (touched only where NaN/Inf are).
+  struct CreationSeqs {
+    std::uint64_t thread = 0;
+    std::int64_t lo = 0, hi = 0;
+  };
+  static constexpr std::size_t kMaxCreations = 256;
+  std::mutex creations_mu;
+  std::vector<CreationSeqs> creations;
   InternTable ops;
 
   std::mutex tables_mu;

@@ -7,6 +7,7 @@
 or, with no code changes:  python -m ampscope train.py args...
 """
 import json
+import numbers
 import os
 import signal
 import sys
@@ -136,7 +137,9 @@ class profile:
     def __init__(self, model=None, out="ampscope-out", every=1, shadow=False,
                  precision_map=None, command=None, stop_on_nonfinite=False, include=None,
                  exclude=None, ops=None, exclude_ops=None, input_stats=False, sentinel=None):
-        if int(every) < 1:
+        if isinstance(every, bool) or not isinstance(every, numbers.Integral):
+            raise TypeError(f"every must be an int, got {every!r}")
+        if every < 1:
             raise ValueError("every must be >= 1")
         sentinel = sentinel or os.environ.get("AMPSCOPE_SENTINEL") or "watch"
         if sentinel not in ("watch", "ops"):

@@ -52,6 +52,35 @@ def _parser():
     return p
 
 
+# Options of ours that take a value (as `--opt V` or `--opt=V`): what follows the first other
+# word, the script, is the script's own, `--` included, as `python script.py ...` would pass it.
+_VALUED = ("--out", "--every", "--map", "--include", "--exclude", "--ops", "--exclude-ops")
+
+
+def _split_script(argv):
+    """(our arguments up to the script, the script's arguments)."""
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return argv[:i + 2], argv[i + 2:]
+        if not word.startswith("-") or word == "-":
+            return argv[:i + 1], argv[i + 1:]
+        i += 2 if word in _VALUED else 1
+    return argv, []
+
+
+def _script_traceback(exc, script):
+    """The traceback Python would print for `python script.py`: from the script's first frame
+    on, without runpy's and ours."""
+    import traceback
+    tb = exc.__traceback__
+    want = os.path.abspath(script)
+    while tb is not None and os.path.abspath(tb.tb_frame.f_code.co_filename) != want:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
+
+
 def _fail(message):
     sys.stderr.write(f"ampscope: error: {message}\n")
     return 2
@@ -90,20 +119,27 @@ class _ScriptSignals:
 
 
 def main(argv=None):
-    a = _parser().parse_args(argv)
+    ours, script_args = _split_script(sys.argv[1:] if argv is None else list(argv))
+    a = _parser().parse_args(ours)
+    a.args = [*a.args, *script_args]
     if a.every < 1:
         return _fail(f"--every must be >= 1, got {a.every}")
+    if not a.out:
+        return _fail("--out must name a folder")
     if not os.path.isfile(a.script):
         return _fail(f"{a.script}: no such script")
     try:
         pins = load_map(a.map) if a.map else None
     except MapError as e:
         return _fail(str(e))
-    prof = profile(out=a.out, every=a.every, shadow=a.shadow, precision_map=pins,
-                   stop_on_nonfinite=a.stop_on_nonfinite, include=a.include,
-                   exclude=a.exclude, ops=a.ops, exclude_ops=a.exclude_ops,
-                   input_stats=a.input_stats,
-                   command=" ".join(["python -m ampscope", a.script, *a.args]))
+    try:
+        prof = profile(out=a.out, every=a.every, shadow=a.shadow, precision_map=pins,
+                       stop_on_nonfinite=a.stop_on_nonfinite, include=a.include,
+                       exclude=a.exclude, ops=a.ops, exclude_ops=a.exclude_ops,
+                       input_stats=a.input_stats,
+                       command=" ".join(["python -m ampscope", a.script, *a.args]))
+    except (TypeError, ValueError) as e:  # AMPSCOPE_SENTINEL=bogus, ...
+        return _fail(str(e))
     try:
         prof.claim_out()  # an unusable or busy --out fails now, not after the script ran
     except OutputError as e:
@@ -125,6 +161,11 @@ def main(argv=None):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.stderr.write("ampscope: note: the output pipe was closed (BrokenPipeError)\n")
         return 128 + signal.SIGPIPE
+    except SystemExit:
+        raise  # the script's own exit code
+    except Exception as e:  # the script failed: its traceback as Python prints it, exit 1
+        _script_traceback(e, a.script)
+        return 1
     finally:
         prof._release_out()  # also when the script never got to run
         if prof.report_path:

@@ -114,9 +114,18 @@ std::string diagnosis(const Report& r, const NonFiniteEvent& e) {
     return "<b>Model bug, not a precision problem.</b> The op was given a NaN/inf constant (e.g. "
            "masked_fill with -inf over a fully masked row) and its values reached the model's "
            "outputs: fix the model, pinning will not help.";
+  if (has_reason_prefix(r, "nonfinite_origin_unobserved"))
+    return "<b>Origin not observed.</b> The first NaN/Inf was seen here, but what made it was "
+           "not recorded (an unsampled step, or ops and layers the run's filters left out): "
+           "re-run with every op recorded at that step (<code>every=1</code>, or "
+           "<code>sentinel=\"ops\"</code>, no filters) to name it.";
   if (!e.inputs_finite)
     return "<b>Non-finite input.</b> The op was handed NaN/Inf whose origin was not seen (the "
            "data, or a tensor made outside the profiled region): fix the input.";
+  if (e.phase == Phase::kBackward && has_reason_prefix(r, "backward_of_forward_nonfinite"))
+    return "<b>Precision problem in forward.</b> This layer's forward made NaN/Inf from finite "
+           "inputs in " + esc(low) + " (consumed there, e.g. tanh(inf)), and its backward "
+           "formula met them again: pin the layer to float32; a smaller loss scale will not help.";
   if (e.fp32_also_nonfinite && *e.fp32_also_nonfinite)
     return "<b>Model bug, not a precision problem.</b> Re-run in float32 the op is non-finite "
            "too (e.g. log(0), 0/0, exp of a huge value): fix the model, pinning will not help.";

@@ -150,6 +150,7 @@ unsigned long long min_free_bytes() {
 }
 
 void check_writable(const std::string& dir) {
+  if (dir.empty()) throw std::runtime_error("--out is empty: name a folder");
   try {
     make_directories(dir);
   } catch (const std::runtime_error& e) {

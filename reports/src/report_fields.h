@@ -212,6 +212,7 @@ auto fields(F& f, R& e) -> if_record<R, NonFiniteEvent> {
   f.maybe("output_stats", e.output_stats, Empty::kNull);
   f.opt("rank", e.rank, 0);
   f.opt("nonfinite_scalar", e.nonfinite_scalar, false);
+  f.opt("forward_nonfinite", e.forward_nonfinite, false);
   f.opt("reached", e.reached, std::string());
   f.opt("reached_step", e.reached_step, std::int64_t{-1});
 }

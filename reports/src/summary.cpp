@@ -109,11 +109,17 @@ void top_risks(const Report& report, const Style& st, std::string& out) {
   Table t({"SEVERITY", "ACTION", "LAYER", "REASONS", "EVIDENCE"});
   for (const Recommendation& r : recs)
     t.row({std::string(name_of(r.severity)), std::string(name_of(r.action)), truncate_middle(text::layer_label(r.layer), kNameWidth),
-           truncate_middle(join(r.reasons, ","), 40), text::truncate_end(key_evidence(r), 100)});
+           join(r.reasons, ","), text::truncate_end(key_evidence(r), 100)});  // codes: never cut
   out += t.render("  ", [&](int row, std::size_t col, const std::string& s) {
     if (row < 0 || col != 0) return s;
     return st.severity(s, recs[static_cast<std::size_t>(row)].severity);
   });
+  if (std::any_of(recs.begin(), recs.end(), [](const Recommendation& r) {
+        return r.action == Action::kPinFp32 && r.layer == kOutsideLayer;
+      }))
+    out += "  (<outside>: ops that ran outside every layer; no precision map can pin them. Run "
+           "that code inside a module (Python) or a LayerScope / ampscope::forward (C++) to "
+           "name and pin it.)\n";
 }
 
 /// Forward ops with a floating input or output: the ones autocast can touch.

@@ -16,8 +16,8 @@ sys.path.insert(0, str(PYPKG))  # the package `make` builds
 @pytest.fixture
 def run_py():
     """Runs `python -m ampscope ...` (or any python args) with the built package importable."""
-    def run(*args, cwd=None, timeout=300):
-        env = dict(os.environ,
+    def run(*args, cwd=None, timeout=300, env=None):
+        env = dict(os.environ, **(env or {}),
                    PYTHONPATH=os.pathsep.join([str(PYPKG), os.environ.get("PYTHONPATH", "")]))
         return subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True,
                               env=env, cwd=cwd, timeout=timeout)

@@ -64,11 +64,22 @@ def test_every_bad_report_gives_exit_2_and_one_line(cli, tmp_path, command):
     ["demo", "--steps", "-3"],
     ["demo", "--dtype", "float8"],
     ["demo", "--device", "tpu"],
+    ["demo", "--out", ""],
     ["autocast-ops", "--device", "npu"],
     ["diff", "a.json", "b.json"],
 ])
 def test_bad_usage_gives_exit_2_and_one_line(cli, args):
     assert_one_line_error(cli(*args))
+
+
+@pytest.mark.parametrize("command", ["map", "html"])
+def test_output_over_the_report_itself_is_refused(cli, tmp_path, command):
+    report = tmp_path / "r.json"
+    assert cli("demo", "--steps", "2", "--out", tmp_path / "d").returncode in (0, 1)
+    report.write_bytes((tmp_path / "d" / "report.json").read_bytes())
+    before = report.read_bytes()
+    assert_one_line_error(cli(command, report, "-o", tmp_path / "." / "r.json"))
+    assert report.read_bytes() == before  # not overwritten
 
 
 def test_no_arguments_prints_usage_and_exits_2(cli):

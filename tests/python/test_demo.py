@@ -48,6 +48,25 @@ def test_fp16_demo_pins_that_leaf_and_nothing_else(fp16_run):
     assert load(out, "precision_map.json")["pin_fp32"] == [WO]
 
 
+@pytest.mark.parametrize("filters", [["--exclude-ops", "aten::matmul"],
+                                     ["--ops", "aten::*mm*,*Backward0"],
+                                     ["--include", "blocks.0"]])
+def test_a_filtered_run_blames_nothing_it_did_not_see(cli, tmp_path, filters):
+    # The oracle is the unfiltered run above: the origin is WO's matmul. With that op or layer
+    # left out, whatever first shows the NaN/Inf was handed them (or met them in backward): no
+    # pin and no fix of an innocent layer, only the first sighting and how to find the maker.
+    res = cli("demo", "--device", "cpu", "--dtype", "float16", "--steps", "12", "--quiet",
+              "--out", tmp_path, *filters)
+    assert res.returncode == 0, res.stderr
+    report = load(tmp_path, "report.json")
+    assert report["first_nonfinite"] is not None
+    critical = [r for r in report["recommendations"] if r["severity"] == "critical"]
+    assert [(r["action"], r["reasons"][0]) for r in critical] == [
+        ("watch", "nonfinite_origin_unobserved")]
+    assert not any(r["action"] in ("pin_fp32", "fix_model") for r in report["recommendations"])
+    assert load(tmp_path, "precision_map.json")["pin_fp32"] == []
+
+
 def test_fp16_demo_report_is_self_consistent(fp16_run):
     _, out = fp16_run
     report = load(out, "report.json")

@@ -3,6 +3,7 @@ downloads), issue 12: stock models are clean in float32 and bfloat16 (T5's log(0
 benign), a planted float16 overflow in T5's FFN `wo` is named at its step (also on an unsampled
 step), model bugs are fix_model only, GradScaler backoff is information, names are exact.
 Oracles: torch itself (the model's own outputs, a float32 computation, scaler.get_scale())."""
+import contextlib
 import json
 import math
 import textwrap
@@ -361,3 +362,130 @@ def test_findings_go_to_the_producer_not_a_pass_through_dropout():
     assert y.abs().max().item() > 32768  # torch's own output: within a binade of the max
     layers = {r["layer"] for r in prof.report["recommendations"]}
     assert "wo" in layers and "drop" not in layers
+
+
+ACT = "transformer.h.1.mlp.act"
+
+
+def gpt2_gelu_overflow_step(prof_kwargs=None, act_fp32=False, loss_scale=1.0):
+    """GPT-2 under float16 autocast with transformer.h.1.mlp.c_fc's weight grown (x1e4) so that
+    its outputs stay finite (|x| ~ 1e3) but GELU's pow(x, 3) overflows float16; tanh turns the inf
+    into 1, so the forward stays finite, and the backward's 3 * x^2 * 0 is NaN. Returns the
+    report (None unprofiled), the loss, and whether every parameter gradient was finite."""
+    model = gpt2()
+    with torch.no_grad():
+        model.transformer.h[1].mlp.c_fc.weight.mul_(1e4)
+    if act_fp32:  # the oracle of the pin: the same step with GELU computed in float32
+        act = model.transformer.h[1].mlp.act
+        plain = act.forward
+
+        def forward(x):
+            with torch.autocast("cpu", enabled=False):
+                return plain(x.float())
+        act.forward = forward
+    b = batch("gpt2")
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(**b).loss
+        (loss * loss_scale).backward()
+        return loss.item(), all(bool(p.grad.isfinite().all()) for p in model.parameters()
+                                if p.grad is not None)
+    if prof_kwargs is None:
+        return (None, *step())
+    with ampscope.profile(out=None, **prof_kwargs) as prof:
+        loss, finite = step()
+    return prof.report, loss, finite
+
+
+def test_gpt2_gelu_overflow_met_in_backward_is_a_pin_not_loss_scaling():
+    # Torch's own run: finite loss, non-finite gradients; with GELU in float32 they are finite,
+    # and no loss scale makes them finite (0 * inf is NaN at any scale).
+    _, loss, finite = gpt2_gelu_overflow_step()
+    assert math.isfinite(loss) and not finite
+    assert gpt2_gelu_overflow_step(act_fp32=True)[2]
+    assert not gpt2_gelu_overflow_step(loss_scale=2.0 ** -20)[2]
+
+    report, loss2, finite2 = gpt2_gelu_overflow_step({})
+    assert (loss2, finite2) == (loss, finite)  # profiling changed nothing
+    e = report["first_nonfinite"]
+    assert (e["layer"], e["phase"], e["kind"], e["inputs_finite"]) == (ACT, "backward", "nan", True)
+    # The node whose own forward call (aten::pow) made the infs, though its gradient was summed
+    # with MulBackward0's and AddBackward0's before anything saw it.
+    assert e["op"] == "PowBackward0" and e["forward_nonfinite"] is True
+    recs = {(r["layer"], r["action"]): r for r in report["recommendations"]}
+    assert recs[(ACT, "pin_fp32")]["reasons"] == ["backward_of_forward_nonfinite"]
+    assert recs[(ACT, "pin_fp32")]["severity"] == "critical"
+    assert any(o["op"] == "aten::pow" for o in recs[(ACT, "pin_fp32")]["evidence"]["ops"])
+    assert not any(r["action"] == "loss_scaling" and "grad_overflow_float16" in r["reasons"]
+                   for r in report["recommendations"])
+
+
+def test_gpt2_backward_nan_on_an_unsampled_step_claims_no_cause():
+    # The same fault on step 1 of a run recording every 4th step: the watch sees the parameter
+    # gradients go NaN but not what made them, so it names no cause (no fix_model, no pin, no
+    # loss scaling) and says how to find it.
+    model = gpt2()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    b = batch("gpt2")
+    with ampscope.profile(out=None, every=4) as prof:
+        for step in range(2):
+            if step == 1:
+                with torch.no_grad():
+                    model.transformer.h[1].mlp.c_fc.weight.mul_(1e4)
+            model.zero_grad()
+            with torch.autocast("cpu", dtype=torch.float16):
+                loss = model(**b).loss
+            loss.backward()
+            finite = all(bool(p.grad.isfinite().all()) for p in model.parameters())
+            assert finite == (step == 0)  # torch: the planted step's gradients are NaN
+            opt.step()
+    report = prof.report
+    e = report["first_nonfinite"]
+    assert (e["step"], e["phase"], e["inputs_finite"]) == (1, "backward", False)
+    [r] = [r for r in report["recommendations"] if r["severity"] == "critical"]
+    assert (r["action"], r["reasons"]) == ("watch", ["nonfinite_origin_unobserved"])
+    assert not any(r["action"] in ("pin_fp32", "fix_model") for r in report["recommendations"])
+
+
+def test_gpt2_gelu_overflow_under_a_gradscaler_is_still_a_pin():
+    # A GradScaler skips the step on the NaN gradients, and again on the next: no scale makes
+    # 0 * inf finite. The pin is the fix (oracle: GELU in float32, and the scaler skips nothing).
+    def run(act_fp32, prof_kwargs=None):
+        model = gpt2()
+        with torch.no_grad():
+            model.transformer.h[1].mlp.c_fc.weight.mul_(1e4)
+        if act_fp32:
+            act = model.transformer.h[1].mlp.act
+            plain = act.forward
+
+            def forward(x):
+                with torch.autocast("cpu", enabled=False):
+                    return plain(x.float())
+            act.forward = forward
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        scaler = torch.amp.GradScaler("cpu")
+        b = batch("gpt2")
+        scales = []
+        ctx = ampscope.profile(out=None, **prof_kwargs) if prof_kwargs is not None else None
+        with ctx if ctx is not None else contextlib.nullcontext():
+            for _ in range(3):
+                with torch.autocast("cpu", dtype=torch.float16):
+                    loss = model(**b).loss
+                opt.zero_grad()
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+                scales.append(scaler.get_scale())
+        return (ctx.report if ctx is not None else None), scales
+
+    _, scales = run(act_fp32=False)
+    assert scales == [2.0 ** 15, 2.0 ** 14, 2.0 ** 13]  # torch: every step skipped
+    assert run(act_fp32=True)[1] == [2.0 ** 16] * 3  # GELU in float32: nothing skipped
+    report, scales2 = run(act_fp32=False, prof_kwargs={})
+    assert scales2 == scales
+    caught = report["nonfinite_caught_by_scaler"]
+    assert caught["steps"] == 3 and caught["first"]["op"] == "PowBackward0"
+    pins = [r for r in report["recommendations"] if r["action"] == "pin_fp32"]
+    assert [(r["layer"], r["severity"], r["reasons"]) for r in pins] == [
+        (ACT, "high", ["backward_of_forward_nonfinite"])]

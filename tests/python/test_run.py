@@ -32,7 +32,23 @@ def test_run_python_script_and_exit_code(cli, tmp_path):
     assert any(l["name"] == "" and l["type"] == "Linear" for l in report["layers"])
 
 
-@pytest.mark.parametrize("args", [["run"], ["run", "--"], ["run", "--", "/no/such/program"]])
+def test_run_keeps_the_interpreters_own_options(cli, tmp_path):
+    import sys
+    script = tmp_path / "s.py"
+    script.write_text("import sys, torch\ntorch.nn.Linear(2, 2)(torch.randn(1, 2))\n"
+                      "print('flags', sys.flags.optimize, sys.flags.dev_mode, sys.argv[1:])\n")
+    out = tmp_path / "out"
+    res = cli("run", "--out", out, "--", sys.executable, "-O", "-X", "dev", script, "-u")
+    assert res.returncode == 0, res.stderr
+    assert "flags 1 True ['-u']" in res.stdout  # as `python -O -X dev s.py -u` prints it
+    assert (out / "report.json").exists()
+
+
+@pytest.mark.parametrize("args", [["run"], ["run", "--"], ["run", "--", "/no/such/program"],
+                                  ["run", "--", "python3", "-c", "print(1)"],
+                                  ["run", "--", "python3", "-m", "json.tool"],
+                                  ["run", "--", "python3", "-u"],
+                                  ["run", "--out", "", "--", "python3", "s.py"]])
 def test_run_bad_usage(cli, args):
     res = cli(*args)
     assert res.returncode == 2 and res.stderr.startswith("ampscope: error: ")

@@ -58,6 +58,22 @@ def test_a_script_that_raises_keeps_its_traceback_exit_code_and_report(run_py, t
     assert report["run"]["steps"] == 3
 
 
+def test_the_scripts_arguments_and_traceback_are_as_plain_python_gives_them(run_py, tmp_path):
+    # Oracle: the same script run by plain `python script.py ...`.
+    script = write_script(tmp_path, fail_at=1, ending='raise RuntimeError("boom")')
+    args = ["--", "-u", "--out", "x"]  # the script's own, ampscope's option names included
+    plain = run_py(script, *args)
+    res = run_py("-m", "ampscope", "--out", tmp_path / "out", script, *args)
+    assert res.returncode == plain.returncode == 1
+    argv = [line for line in res.stdout.splitlines() if line.startswith("argv")]
+    assert argv == [line for line in plain.stdout.splitlines() if line.startswith("argv")]
+    assert "argv ['--', '-u', '--out', 'x']" in plain.stdout
+
+    def frames(stderr):
+        return [line.strip() for line in stderr.splitlines() if line.strip().startswith("File ")]
+    assert frames(res.stderr) == frames(plain.stderr)  # no runpy or ampscope frames
+
+
 def test_sys_exit_code_is_preserved(run_py, tmp_path):
     script = write_script(tmp_path, fail_at=2, ending="sys.exit(7)")
     out = tmp_path / "out"
@@ -102,9 +118,11 @@ def test_bad_arguments_are_one_line_and_exit_2(run_py, tmp_path):
     garbage = tmp_path / "bad.json"
     garbage.write_bytes(b"\x00\xff{{")
     script = write_script(tmp_path)
-    for args in (["missing_script.py"], ["--every", "0", script], ["--map", garbage, script],
-                 ["--map", tmp_path / "none.json", script], ["--bogus", script], []):
-        res = run_py("-m", "ampscope", *args)
+    for args, env in ((["missing_script.py"], {}), (["--every", "0", script], {}),
+                      (["--map", garbage, script], {}), (["--map", tmp_path / "none.json", script], {}),
+                      (["--bogus", script], {}), ([], {}), (["--out", "", script], {}),
+                      ([script], {"AMPSCOPE_SENTINEL": "bogus"})):
+        res = run_py("-m", "ampscope", *args, env=env)
         assert res.returncode == 2, (args, res.stderr)
         lines = res.stderr.strip().splitlines()
         assert lines and lines[-1].startswith("ampscope: error: "), (args, res.stderr)

@@ -5,6 +5,7 @@
 #include <ampscope/reports/report_json.h>
 #include <ampscope/reports/summary.h>
 #include <fmt/core.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -43,9 +44,15 @@ constexpr const char* kHtmlHelp = R"(usage: ampscope html REPORT -o FILE
   -o, --out FILE   where to write the HTML file
 )";
 
-std::string out_path(const Args& a) {
+/// The -o FILE of `map` and `html`: never the report it is made from (writing it would destroy
+/// the report).
+std::string out_path(const Args& a, const std::string& report) {
   std::string out = a.has("-o") ? a.value("-o") : a.value("--out");
   if (out.empty()) throw UsageError("missing -o FILE");
+  struct stat o {}, r {};
+  if (::stat(out.c_str(), &o) == 0 && ::stat(report.c_str(), &r) == 0 && o.st_dev == r.st_dev &&
+      o.st_ino == r.st_ino)
+    throw UsageError("-o " + out + " is the report itself: name another file");
   return out;
 }
 
@@ -81,7 +88,7 @@ int cmd_map(const Argv& argv) {
     throw UsageError("--min-severity must be low, medium, high or critical, got '" + severity +
                      "'");
   }
-  std::string out = out_path(a);
+  std::string out = out_path(a, a.positional()[0]);
   reports::Report r = reports::read_report(a.positional()[0]);
   auto map = reports::precision_map_from(r.recommendations, severity);
   reports::write_precision_map(map, out);
@@ -94,7 +101,7 @@ int cmd_html(const Argv& argv) {
   Args a(argv, {"-o", "--out"}, {}, "html");
   if (a.help()) return fmt::print("{}", kHtmlHelp), 0;
   a.expect_positional(1, "one REPORT argument (see ampscope html --help)");
-  std::string out = out_path(a);
+  std::string out = out_path(a, a.positional()[0]);
   reports::Report r = reports::read_report(a.positional()[0]);
   reports::write_file_atomic(out, reports::find_writer("html")->write(r));
   fmt::print("wrote {}\n", out);

@@ -150,6 +150,24 @@ std::size_t torchrun_script(const std::vector<std::string>& rest) {
   throw UsageError("run: no training script (*.py) in the torchrun command");
 }
 
+/// `python [interpreter options] script.py args`: how many words after the interpreter are its
+/// own options (-u, -O, -X dev, -W error, ...), which go before `-m ampscope`. A command, module
+/// or stdin instead of a script file cannot run under the profiler: a usage error.
+std::size_t python_options(const std::vector<std::string>& rest) {
+  std::size_t i = 1;
+  while (i < rest.size() && rest[i].size() > 1 && rest[i][0] == '-') {
+    const std::string& a = rest[i];
+    if (a == "-c" || a == "-m" || a.rfind("-c", 0) == 0 || a.rfind("-m", 0) == 0 || a == "--")
+      throw UsageError("run: '" + rest[0] + " " + a +
+                       " ...' runs no script file; run `python script.py ...` (or put the code "
+                       "in a file)");
+    i += (a == "-X" || a == "-W" || a == "--check-hash-based-pycs") ? 2 : 1;
+  }
+  if (i >= rest.size() || rest[i] == "-")
+    throw UsageError("run: no script after '" + rest[0] + "' (ampscope run -- python script.py ...)");
+  return i - 1;
+}
+
 /// The recording flags as the preload library's environment (AMPSCOPE_SHADOW, _INPUT_STATS,
 /// _INCLUDE, _EXCLUDE, _OPS, _EXCLUDE_OPS).
 void set_preload_env(const std::vector<std::string>& flags) {
@@ -188,9 +206,11 @@ int run_profiled(const std::vector<std::string>& rest, const std::string& out, i
   } else if (is_python(rest[0])) {
     std::string pkg = reports::join_path(prefix, "python");
     ::setenv("PYTHONPATH", prepend_env("PYTHONPATH", pkg).c_str(), 1);
-    cmd = {rest[0], "-m", "ampscope", "--out", out, "--every", std::to_string(every)};
+    const auto script = static_cast<std::ptrdiff_t>(1 + python_options(rest));
+    cmd.assign(rest.begin(), rest.begin() + script);
+    cmd.insert(cmd.end(), {"-m", "ampscope", "--out", out, "--every", std::to_string(every)});
     cmd.insert(cmd.end(), python_flags.begin(), python_flags.end());
-    cmd.insert(cmd.end(), rest.begin() + 1, rest.end());
+    cmd.insert(cmd.end(), rest.begin() + script, rest.end());
   } else {
     std::string lib = reports::join_path(reports::join_path(prefix, "lib"), "libampscope_preload.so");
     if (reports::path_kind(lib) != reports::PathKind::kFile) throw UsageError(lib + ": not found");

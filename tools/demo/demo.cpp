@@ -201,6 +201,8 @@ DemoResult run_demo(const DemoOptions& options) {
     throw std::invalid_argument("--device cuda: no CUDA device is available here");
   }
   c10::ScalarType dtype = parse_dtype(options.dtype);
+  // From here on Ctrl-C ends the run with its report (no steps when it came during set-up).
+  SignalScope signals;
   torch::manual_seed(options.seed);
   LanguageModel model;
   model->to(device);
@@ -227,7 +229,6 @@ DemoResult run_demo(const DemoOptions& options) {
   Session session(so);
   session.attach(*model);
   if (!options.map_path.empty()) session.apply_precision_map(options.map_path);
-  SignalScope signals;
   DemoResult result;
   result.scaler = options.scaler || (device.is_cuda() && dtype == torch::kHalf);
   GradScalerOptions scaler_options;

@@ -89,6 +89,10 @@ struct NonFiniteRecord {
   /// A scalar argument was NaN/inf (e.g. masked_fill(mask, -inf)): the values came from the
   /// model's own constant, not from arithmetic.
   bool nonfinite_scalar = false;
+  /// A backward node met NaN/Inf that its own forward op had made from finite inputs and that
+  /// were consumed in forward (GELU's pow(x, 3) overflowing into tanh): the forward's precision
+  /// made them, not the gradients' scale.
+  bool forward_nonfinite = false;
   /// What the values reached first: "module_output" | "gradient" | "parameter_gradient" |
   /// "optimizer" | "end_of_run" ("" while not known to be harmful).
   std::string reached;

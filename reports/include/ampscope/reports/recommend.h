@@ -43,6 +43,9 @@ inline constexpr double kGradUnderflowShare = 0.01;
 inline constexpr double kScaleQuantile = 0.001;
 /// loss_scale_collapse: this many trailing GradScaler updates that all found inf/NaN.
 inline constexpr std::int64_t kCollapseRun = 5;
+/// loss_scale_collapse also when this many updates, from the first on, all found inf/NaN: the
+/// model never trained (backing off from a too-high initial scale takes fewer).
+inline constexpr std::int64_t kNeverCleanRun = 10;
 
 /// Severity rank: critical 3, high 2, medium 1, low 0; -1 for an unknown name.
 int severity_rank(const std::string& severity);

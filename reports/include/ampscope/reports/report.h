@@ -144,6 +144,9 @@ struct NonFiniteEvent {
   int rank = 0;                ///< the rank that saw it (merged reports)
   /// A scalar argument was NaN/inf (masked_fill(mask, -inf)): the model's own constant.
   bool nonfinite_scalar = false;
+  /// Backward only: the node met NaN/Inf its own forward op made from finite inputs (consumed
+  /// in forward, e.g. pow(x, 3) overflowing float16 into tanh).
+  bool forward_nonfinite = false;
   /// What the values reached first: "module_output" | "gradient" | "parameter_gradient" |
   /// "optimizer" ("" in reports of older versions).
   std::string reached;
