@@ -87,8 +87,8 @@ CastLossCounts counts_of(const Stats& s, Format f, std::int64_t step) {
   c.source_sq = s.sum_sq;
   c.lost_sq = lost_sq_bound(s, f, c.underflow);
   const std::int64_t lost = c.underflow + c.overflow;
-  c.worst_step = step;
   c.worst_rel_l2 = s.sum_sq > 0 ? std::min(1.0, std::sqrt(c.lost_sq / s.sum_sq)) : (c.underflow > 0 ? 1.0 : 0.0);
+  c.worst_step = c.worst_rel_l2 > 0 ? step : -1;  // no step is "worst" at losing nothing
   if (lost > 0) c.first_step = step;
   return c;
 }

@@ -109,6 +109,25 @@ def test_tensor_stats_counts_equal_torch_casts(dtype):
     assert s["exp_hist"][str(int(exps.min()))] == int((exps == exps.min()).sum())
 
 
+@pytest.mark.parametrize("dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_tensor_stats_of_float8_counts_every_value(dtype):
+    # Oracle: torch's own float8 values read as float32, and its casts to float16.
+    gen = torch.Generator().manual_seed(2)
+    t = (torch.randn(4096, generator=gen) * 300).to(dtype)
+    s = ampscope.tensor_stats(t)
+    wide = t.float()
+    assert s["count"] == t.numel() and s["nan"] == int(wide.isnan().sum())
+    assert s["zeros"] == int((wide == 0).sum())
+    assert s["absmax"] == float(wide[wide.isfinite()].abs().max())
+    assert s["subnormal"]["float16"] == oracle(wide, torch.float16)["subnormal"]
+
+
+@pytest.mark.parametrize("t", [torch.ones(3, dtype=torch.int32), torch.ones(3, dtype=torch.bool)])
+def test_tensor_stats_of_a_non_floating_tensor_is_a_type_error(t):
+    with pytest.raises(TypeError, match="floating"):
+        ampscope.tensor_stats(t)
+
+
 STATS_BY_BUILD = (
     "import json, torch, ampscope\n"
     "from ampscope import _core\n"

@@ -60,6 +60,27 @@ def test_verify_the_demo_with_its_own_map(cli, tmp_path):
     assert "time per step:" in res.stdout
 
 
+def test_verify_the_demo_by_its_bare_name(cli, tmp_path):
+    # `verify -- ampscope demo` as its --help shows it, with no ampscope on PATH: this ampscope.
+    first = tmp_path / "first"
+    assert cli("demo", "--dtype", "float16", "--steps", "8", "--quiet", "--out", first).returncode == 0
+    res = cli("verify", "--map", first / "precision_map.json", "--out", tmp_path / "v", "--",
+              "ampscope", "demo", "--dtype", "float16", "--steps", "8")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "non-finite: gone" in res.stdout
+
+
+def test_verify_passes_on_a_failing_run_with_the_map(cli, tmp_path):
+    # The run with the map exits 5: whatever its report says, nothing is verified.
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT + "import os, sys\nsys.exit(5 if os.environ.get('AMPSCOPE_PRECISION_MAP') else 0)\n")
+    empty = tmp_path / "empty.json"
+    empty.write_text(json.dumps({"schema": "ampscope.precision_map/1", "pin_fp32": [], "why": {}}))
+    res = cli("verify", "--map", empty, "--out", tmp_path / "v", "--", sys.executable, script)
+    assert res.returncode == 5, res.stdout + res.stderr
+    assert "not verified" in res.stderr
+
+
 def test_verify_still_failing_exits_3_with_fail_on_nonfinite(cli, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)

@@ -22,6 +22,15 @@
 extern char** environ;
 
 namespace ampscope::cli {
+
+std::string self_exe() {
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "ampscope";
+  buf[n] = '\0';
+  return buf;
+}
+
 namespace {
 
 constexpr const char* kHelp = R"(usage: ampscope run [--out DIR] [--every N] [--shadow] [--stop-on-nonfinite]
@@ -52,11 +61,9 @@ precision_map.json (default DIR: ampscope-out). Exits with the command's exit co
 )";
 
 std::string install_dir() {
-  char buf[PATH_MAX];
-  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-  if (n <= 0) return ".";
-  buf[n] = '\0';
-  return reports::parent_dir(reports::parent_dir(buf));  // <prefix>/bin/ampscope -> <prefix>
+  const std::string exe = self_exe();
+  if (exe.find('/') == std::string::npos) return ".";
+  return reports::parent_dir(reports::parent_dir(exe));  // <prefix>/bin/ampscope -> <prefix>
 }
 
 std::string prepend_env(const char* name, const std::string& value) {

@@ -38,9 +38,9 @@ they computed in, and what the pins cost in time per step.
   --fail-on-nonfinite   exit with code 3 when the run with the map still saw a non-finite value
 )";
 
-/// Runs one of the two passes; returns the path of its report.
-std::string verify_pass(const std::vector<std::string>& cmd, const std::string& out, int every,
-                        const std::string& map) {
+/// Runs one of the two passes.
+PassResult verify_pass(const std::vector<std::string>& cmd, const std::string& out, int every,
+                       const std::string& map) {
   PassOptions o;
   o.cmd = cmd;
   o.out = out;
@@ -49,7 +49,7 @@ std::string verify_pass(const std::vector<std::string>& cmd, const std::string& 
   const PassResult r = run_pass(o);
   if (r.exit_code != 0)
     std::fprintf(stderr, "ampscope: note: the command exited with code %d\n", r.exit_code);
-  return r.report_path;
+  return r;
 }
 
 std::string reasons_text(const reports::Recommendation& r) {
@@ -85,12 +85,12 @@ int cmd_verify(const Argv& argv) {
   fmt::print("ampscope verify: [1/2] baseline run: {}\n", join_command(a.rest()));
   std::fflush(stdout);
   const std::string before_path =
-      verify_pass(a.rest(), reports::join_path(out, "baseline"), every, "");
+      verify_pass(a.rest(), reports::join_path(out, "baseline"), every, "").report_path;
   fmt::print("ampscope verify: [2/2] run with {} ({} layer{} pinned to float32)\n", map,
              pm.pin_fp32.size(), pm.pin_fp32.size() == 1 ? "" : "s");
   std::fflush(stdout);
-  const std::string after_path =
-      verify_pass(a.rest(), reports::join_path(out, "pinned"), every, map);
+  const PassResult pinned = verify_pass(a.rest(), reports::join_path(out, "pinned"), every, map);
+  const std::string& after_path = pinned.report_path;
 
   const reports::Report before = reports::read_report(before_path);
   const reports::Report after = reports::read_report(after_path);
@@ -105,7 +105,14 @@ int cmd_verify(const Argv& argv) {
   text += fmt::format("reports: {}\n         {}\n", before_path, after_path);
   fmt::print("{}", text);
   reports::write_file_atomic(reports::join_path(out, "verify.txt"), text);
-  return a.flag("--fail-on-nonfinite") && after.first_nonfinite ? kExitNonFinite : 0;
+  if (a.flag("--fail-on-nonfinite") && after.first_nonfinite) return kExitNonFinite;
+  // A run with the map that failed verifies nothing, whatever its report says: its exit code.
+  if (pinned.exit_code != 0 && pinned.exit_code != kExitNonFinite) {
+    std::fprintf(stderr, "ampscope: the run with the map exited with code %d: not verified\n",
+                 pinned.exit_code);
+    return pinned.exit_code;
+  }
+  return 0;
 }
 
 }  // namespace ampscope::cli

@@ -29,6 +29,8 @@ extern volatile std::sig_atomic_t g_running_child;
 /// Runs `cmd` and waits; its exit code (128 + signal when killed). With `log`, its stdout and
 /// stderr go to that file (truncated). Throws UsageError when it cannot be started.
 int spawn_and_wait(const std::vector<std::string>& cmd, const std::string& log = "");
+/// The path of this ampscope executable (/proc/self/exe).
+std::string self_exe();
 /// Runs `cmd` under the profiler, as `ampscope run` does, writing the reports into `out`.
 /// `python_flags` (--shadow, --stop-on-nonfinite) go to `python -m ampscope`; --shadow also to
 /// a preloaded LibTorch program.

@@ -32,6 +32,7 @@ namespace {
 
 int run_demo_pass(const PassOptions& o) {
   std::vector<std::string> c = o.cmd;
+  if (c[0].find('/') == std::string::npos) c[0] = self_exe();  // this ampscope, on PATH or not
   c.insert(c.end(), {"--out", o.out, "--every", std::to_string(o.every), "--quiet"});
   if (!o.map.empty()) c.insert(c.end(), {"--map", o.map});
   if (o.stop_on_nonfinite) c.push_back("--stop-on-nonfinite");
