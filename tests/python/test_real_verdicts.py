@@ -367,15 +367,15 @@ def test_findings_go_to_the_producer_not_a_pass_through_dropout():
 ACT = "transformer.h.1.mlp.act"
 
 
-def gpt2_gelu_overflow_step(prof_kwargs=None, act_fp32=False, loss_scale=1.0):
-    """GPT-2 under float16 autocast with transformer.h.1.mlp.c_fc's weight grown (x1e4) so that
-    its outputs stay finite (|x| ~ 1e3) but GELU's pow(x, 3) overflows float16; tanh turns the inf
-    into 1, so the forward stays finite, and the backward's 3 * x^2 * 0 is NaN. Returns the
-    report (None unprofiled), the loss, and whether every parameter gradient was finite."""
+def gpt2_gelu_overflow(act_fp32=False):
+    """GPT-2 with transformer.h.1.mlp.c_fc's weight grown (x1e4) so that under float16 autocast
+    its outputs stay finite (|x| ~ 1e3) but GELU's pow(x, 3) overflows; tanh turns the inf into 1,
+    so the forward stays finite, and the backward's 3 * x^2 * 0 is NaN. `act_fp32`: the oracle of
+    the pin, the same model with that GELU computed in float32."""
     model = gpt2()
     with torch.no_grad():
         model.transformer.h[1].mlp.c_fc.weight.mul_(1e4)
-    if act_fp32:  # the oracle of the pin: the same step with GELU computed in float32
+    if act_fp32:
         act = model.transformer.h[1].mlp.act
         plain = act.forward
 
@@ -383,6 +383,13 @@ def gpt2_gelu_overflow_step(prof_kwargs=None, act_fp32=False, loss_scale=1.0):
             with torch.autocast("cpu", enabled=False):
                 return plain(x.float())
         act.forward = forward
+    return model
+
+
+def gpt2_gelu_overflow_step(prof_kwargs=None, act_fp32=False, loss_scale=1.0):
+    """One float16 step of gpt2_gelu_overflow(): the report (None unprofiled), the loss, and
+    whether every parameter gradient was finite."""
+    model = gpt2_gelu_overflow(act_fp32)
     b = batch("gpt2")
 
     def step():
@@ -452,17 +459,7 @@ def test_gpt2_gelu_overflow_under_a_gradscaler_is_still_a_pin():
     # A GradScaler skips the step on the NaN gradients, and again on the next: no scale makes
     # 0 * inf finite. The pin is the fix (oracle: GELU in float32, and the scaler skips nothing).
     def run(act_fp32, prof_kwargs=None):
-        model = gpt2()
-        with torch.no_grad():
-            model.transformer.h[1].mlp.c_fc.weight.mul_(1e4)
-        if act_fp32:
-            act = model.transformer.h[1].mlp.act
-            plain = act.forward
-
-            def forward(x):
-                with torch.autocast("cpu", enabled=False):
-                    return plain(x.float())
-            act.forward = forward
+        model = gpt2_gelu_overflow(act_fp32)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         scaler = torch.amp.GradScaler("cpu")
         b = batch("gpt2")
