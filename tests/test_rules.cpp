@@ -307,6 +307,7 @@ TEST(LossScale, BackwardOriginInFloat16AsksForLossScalingNotPins) {
   EXPECT_EQ(recs[0].action, Action::kLossScaling);
   EXPECT_EQ(recs[0].severity, Severity::kCritical);
   EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"grad_overflow_float16"});
+  EXPECT_EQ(recs[0].layer, "");  // the root: a loss scale acts on the whole model
   EXPECT_EQ(recs[0].evidence["first_nonfinite"]["op"], "AddmmBackward0");
   // Under a GradScaler the overflow is its business.
   r.loss_scale = {{0, 65536.0, true}, {1, 32768.0, false}};
@@ -575,6 +576,26 @@ TEST(CastLoss, AWeightThatVanishesIsAHighPin) {
   EXPECT_EQ(ev["argument"], "weight");
   EXPECT_EQ(ev["cast"], "autocast");
   EXPECT_DOUBLE_EQ(ev["share_lost"].get<double>(), 1.0);
+}
+
+TEST(CastLoss, ABiasIsMeasuredAgainstTheOutputItIsAddedTo) {
+  // A zero-initialised bias a few SGD steps in: all 64 values near 2^-30, lost to float16. With
+  // outputs of mean square 1 (op() gives count 1000), the bias changes nothing there: no
+  // finding. Against outputs as tiny as the bias itself it is the whole signal: a pin.
+  OpRecord o = op("aten::linear", ampscope::Phase::kForward, "float16");
+  CastLossRecord bias = fp16_cast(0, 0, 64, 2);
+  bias.argument = "bias";
+  o.cast_loss = {bias};
+  o.stats.sum_sq = 1000.0;
+  EXPECT_TRUE(recommend(run("float16", {layer("fc", {o})})).empty());
+  o.stats.sum_sq = 1000.0 * std::exp2(-58);
+  auto recs = recommend(run("float16", {layer("fc", {o})}));
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"cast_underflow_float16"});
+  // A weight's loss is still measured against the weight.
+  o.stats.sum_sq = 1000.0;
+  o.cast_loss[0].argument = "weight";
+  EXPECT_EQ(recommend(run("float16", {layer("fc", {o})})).size(), 1u);
 }
 
 TEST(CastLoss, TinyValuesBesideLargeOnesAreNoLoss) {

@@ -5,6 +5,7 @@
 #include <ampscope/reports/report.h>
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,17 @@ const std::vector<Rule>& rules();
 
 /// The key evidence of a recommendation in one line: each rule's line for its part, "; "-joined.
 std::string key_evidence(const Recommendation& rec);
+
+/// The largest finite value of a named low-precision format, or none when it is none of them.
+std::optional<double> format_max_of(const std::string& dtype);
+
+// NaN/Inf and where they came from (recommend_nonfinite.cpp).
+/// The origin of the run's first harmful NaN/Inf (and of gradients a GradScaler caught).
+void origin_rule(const Report& r, Findings& out);
+void origin_line(const OriginEvidence& e, std::vector<std::string>& lines);
+/// Ops computing in the run's low-precision dtype that made harmful NaN/Inf from finite inputs.
+void lowp_op_rule(const Report& r, Findings& out);
+void nonfinite_op_line(const NonfiniteOpEvidence& e, std::vector<std::string>& lines);
 
 // Silent precision loss (recommend_silent.cpp).
 /// Narrowing casts that turned a material share of finite values into 0 or inf.

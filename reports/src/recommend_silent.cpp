@@ -9,6 +9,8 @@
 //                      value into inf -> pin_fp32 for autocast's casts, fix_model for the model's
 //                      own (a pin cannot undo a cast in the model's code): cast_underflow_<format>
 //                      (high from kCastLossHighShare of the norm), cast_overflow_<format> (high).
+//                      A bias's underflow counts only when the root mean square of what it lost
+//                      is at least kCastLossShare of the op output's (it is added to it).
 //   degenerate_output_rule  a low-precision op's output was (almost) all zeros while its
 //                      float32 re-run was not (silent_loss.h: kDegenerateNonzeroShare,
 //                      kDegenerateRelErr) -> pin_fp32 (high, degenerate_output_<format>).
@@ -53,6 +55,17 @@ CastLossEvidence cast_evidence(const OpRecord& op, const CastLossRecord& c) {
   return ev;
 }
 
+/// What a bias's cast lost against the output it is added to: the root mean square of the
+/// lost values (an upper bound, from lost_sq) over the output's, both per element. A zero-
+/// initialised bias a few small steps in (1e-10 .. 1e-7) loses all its values to float16 and
+/// changes no output element. NaN when the op's output stats are missing.
+double bias_loss_vs_output(const OpRecord& op, const CastLossRecord& c) {
+  if (c.values <= 0 || op.stats.finite() <= 0 || !(op.stats.sum_sq > 0)) return NAN;
+  const double lost_ms = c.lost_sq / static_cast<double>(c.values);
+  const double out_ms = op.stats.sum_sq / static_cast<double>(op.stats.finite());
+  return std::sqrt(lost_ms / out_ms);
+}
+
 /// The finding of one cast record, or none when what it lost is immaterial.
 std::optional<Finding> cast_finding(const Layer& layer, const OpRecord& op,
                                     const CastLossRecord& c) {
@@ -61,9 +74,14 @@ std::optional<Finding> cast_finding(const Layer& layer, const OpRecord& op,
   // Material over the run, or in one recorded step (a weight that SGD later lifts out of
   // float16's underflow still computed nothing until then).
   const double l2 = std::max(c.lost_rel_l2(), c.worst_rel_l2);
-  const bool underflow =
+  bool underflow =
       (share(c.underflow, c.nonzero) >= kCastLossShare && c.lost_rel_l2() >= kCastLossShare) ||
       c.worst_rel_l2 >= kCastLossHighShare;
+  // A bias is added to the output: its loss matters against the output, not against itself.
+  if (underflow && c.argument == "bias") {
+    const double vs_output = bias_loss_vs_output(op, c);
+    if (std::isfinite(vs_output) && vs_output < kCastLossShare) underflow = false;
+  }
   if (!overflow && !underflow) return std::nullopt;
   Finding f;
   f.layer = layer.name;

@@ -111,6 +111,7 @@ inline std::string scaler_caught_line(const Report& r) {
 
 /// Where the first harmful values came from, in words.
 inline std::string origin_words(const NonFiniteEvent& e) {
+  if (e.forward_nonfinite) return "from finite gradients, meeting the NaN/Inf its forward call made";
   if (e.inputs_finite) return "from finite inputs";
   return e.nonfinite_scalar ? "from a NaN/inf constant" : "handed non-finite inputs";
 }
