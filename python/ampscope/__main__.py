@@ -52,13 +52,12 @@ def _parser():
     return p
 
 
-# Options of ours that take a value (as `--opt V` or `--opt=V`): what follows the first other
-# word, the script, is the script's own, `--` included, as `python script.py ...` would pass it.
-_VALUED = ("--out", "--every", "--map", "--include", "--exclude", "--ops", "--exclude-ops")
-
-
-def _split_script(argv):
-    """(our arguments up to the script, the script's arguments)."""
+def _split_script(parser, argv):
+    """(our arguments up to the script, the script's arguments): what follows the first word
+    that is neither one of our options nor its value, the script, is the script's own, `--`
+    included, as `python script.py ...` would pass it. Which options take a value (`--opt V`;
+    `--opt=V` is one word) is the parser's."""
+    valued = {s for action in parser._actions if action.nargs != 0 for s in action.option_strings}
     i = 0
     while i < len(argv):
         word = argv[i]
@@ -66,7 +65,7 @@ def _split_script(argv):
             return argv[:i + 2], argv[i + 2:]
         if not word.startswith("-") or word == "-":
             return argv[:i + 1], argv[i + 1:]
-        i += 2 if word in _VALUED else 1
+        i += 2 if word in valued else 1
     return argv, []
 
 
@@ -119,8 +118,9 @@ class _ScriptSignals:
 
 
 def main(argv=None):
-    ours, script_args = _split_script(sys.argv[1:] if argv is None else list(argv))
-    a = _parser().parse_args(ours)
+    parser = _parser()
+    ours, script_args = _split_script(parser, sys.argv[1:] if argv is None else list(argv))
+    a = parser.parse_args(ours)
     a.args = [*a.args, *script_args]
     if a.every < 1:
         return _fail(f"--every must be >= 1, got {a.every}")

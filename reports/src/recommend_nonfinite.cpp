@@ -93,6 +93,18 @@ NonfiniteOpEvidence forward_op_evidence(const OpRecord& op) {
   return ev;
 }
 
+/// The op's float32 re-runs were all non-finite too: a model bug, which no pin fixes.
+bool nonfinite_in_fp32_too(const OpRecord& op) { return op.fp32_nonfinite > 0 && op.fp32_finite == 0; }
+
+/// Whether pinning fixes the NaN/Inf a backward node `e` met from its own forward call `fwd`
+/// (nullptr when its entry is not in the report: the node's dtype tells): the call computed in
+/// a low-precision format and its float32 re-runs were not non-finite too.
+bool pin_fixes_forward_creation(const NonFiniteEvent& e, const OpRecord* fwd) {
+  Format fmt;
+  if (!dtypes::as_format(fwd ? fwd->compute_dtype : e.compute_dtype, &fmt)) return false;
+  return !(fwd && nonfinite_in_fp32_too(*fwd));
+}
+
 /// The finding of a first NaN/Inf that came out of a backward node.
 void backward_origin(const Report& r, const NonFiniteEvent& e, const OriginEvidence& origin,
                      Finding& f) {
@@ -109,21 +121,10 @@ void backward_origin(const Report& r, const NonFiniteEvent& e, const OriginEvide
   // formula meets them again: the forward's precision is what is wrong, not the gradients' scale.
   if (e.forward_nonfinite) {
     const OpRecord* fwd = forward_creation(r, e.layer, e.step);
-    Format fmt;
-    if (!fwd) {  // (its entry not in the report: filtered out) the node's dtype tells
-      f.action = dtypes::as_format(e.compute_dtype, &fmt) ? Action::kPinFp32 : Action::kFixModel;
-      f.reasons = {f.action == Action::kPinFp32 ? "backward_of_forward_nonfinite" : "nonfinite_in_fp32"};
-      return;
-    }
-    add_evidence(f.evidence, forward_op_evidence(*fwd));
-    const bool lowp = dtypes::as_format(fwd->compute_dtype, &fmt);
-    if (lowp && !(fwd->fp32_nonfinite > 0 && fwd->fp32_finite == 0)) {
-      f.action = Action::kPinFp32;
-      f.reasons = {"backward_of_forward_nonfinite"};
-    } else {
-      f.action = Action::kFixModel;
-      f.reasons = {"nonfinite_in_fp32"};
-    }
+    if (fwd) add_evidence(f.evidence, forward_op_evidence(*fwd));
+    const bool pin = pin_fixes_forward_creation(e, fwd);
+    f.action = pin ? Action::kPinFp32 : Action::kFixModel;
+    f.reasons = {pin ? "backward_of_forward_nonfinite" : "nonfinite_in_fp32"};
     return;
   }
   // A gradient that overflowed: pinning one layer only moves the overflow to the next one
@@ -175,11 +176,9 @@ OriginEvidence origin_evidence(const NonFiniteEvent& e) {
 void scaler_caught_origin(const Report& r, Findings& out) {
   if (!r.scaler_caught) return;
   const NonFiniteEvent& e = r.scaler_caught->first;
-  Format fmt;
   if (e.phase != Phase::kBackward || !e.forward_nonfinite || !e.inputs_finite) return;
   const OpRecord* fwd = forward_creation(r, e.layer, e.step);
-  if (!dtypes::as_format(fwd ? fwd->compute_dtype : e.compute_dtype, &fmt)) return;
-  if (fwd && fwd->fp32_nonfinite > 0 && fwd->fp32_finite == 0) return;  // a model bug
+  if (!pin_fixes_forward_creation(e, fwd)) return;
   Finding f;
   f.layer = e.layer;
   f.severity = Severity::kHigh;
@@ -239,7 +238,7 @@ void lowp_op_rule(const Report& r, Findings& out) {
       // NaN/Inf consumed harmlessly (benign) are no finding; neither is an op that is
       // non-finite in float32 too: a pin cannot fix a model bug.
       if (op.harmful_nonfinite <= 0) continue;
-      if (op.fp32_nonfinite > 0 && op.fp32_finite == 0) continue;
+      if (nonfinite_in_fp32_too(op)) continue;
       // Gradients that overflow are a matter of scale, not of one layer's precision
       // (origin_rule and the GradScaler deal with them): never a pin.
       if (op.phase == Phase::kBackward) continue;
