@@ -245,6 +245,39 @@ TEST(GradUnderflow, ParamGradsCountAndExistingScaleIsMultiplied) {
   EXPECT_DOUBLE_EQ(recs[0].evidence["gradients"]["suggested_scale"].get<double>(), 1024.0 * std::exp2(24));
 }
 
+TEST(GradUnderflow, AScalerAlreadyAtTheLargestSafeScaleIsInformationOnly) {
+  // Scaled float16 gradients whose largest value is a binade below the max: no larger scale
+  // is safe, so what still underflows is the range's, not the scaler's doing.
+  OpRecord g = op("MmBackward0", ampscope::Phase::kBackward, "float16");
+  g.input_dtype = "float16";
+  g.stats.count = 1000;
+  g.stats.exp_hist.add(14, 10);   // 2^14..2^15: one binade below float16's max
+  g.stats.exp_hist.add(-2, 840);
+  g.stats.exp_hist.add(-20, 150);  // float16 subnormals
+  g.stats.absmax = std::exp2(14.5);
+  Report r = run("float16", {layer("ffn.wi", {g})});
+  r.loss_scale = {{0, 65536.0, false}, {1, 65536.0, false}};
+  auto recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].action, Action::kLossScaling);
+  EXPECT_EQ(recs[0].severity, Severity::kLow);
+  const auto& ev = recs[0].evidence["gradients"];
+  EXPECT_DOUBLE_EQ(ev["suggested_scale"].get<double>(), 65536.0);
+  EXPECT_DOUBLE_EQ(ev["loss_scale_in_use"].get<double>(), 65536.0);
+  EXPECT_NE(key_evidence(recs[0]).find("already the largest safe one"), std::string::npos)
+      << key_evidence(recs[0]);
+  // Gradients whose largest value is 10 binades lower: a larger scale is safe, a task.
+  r.layers[0].ops[0].stats.exp_hist = {};
+  r.layers[0].ops[0].stats.exp_hist.add(4, 10);
+  r.layers[0].ops[0].stats.exp_hist.add(-2, 840);
+  r.layers[0].ops[0].stats.exp_hist.add(-20, 150);
+  r.layers[0].ops[0].stats.absmax = std::exp2(4.5);
+  recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].severity, Severity::kHigh);
+  EXPECT_DOUBLE_EQ(recs[0].evidence["gradients"]["suggested_scale"].get<double>(), 65536.0 * 1024);
+}
+
 TEST(GradUnderflow, BelowThresholdOrBFloat16RunIsNothing) {
   OpRecord g = op("AddmmBackward0", ampscope::Phase::kBackward, "float32");
   g.stats = fp32_grads(995, 5, -27);  // 0.5%

@@ -992,6 +992,18 @@ void on_nonfinite_output(const at::RecordFunction& fn, Call& call, const OpKey& 
   if (call.phase == Phase::kOptimizer) make_harmful(id, "optimizer");
 }
 
+/// A view's output shares its input's storage, and with it the taint. A view op that copies
+/// (reshape, flatten or contiguous of a non-contiguous tensor: attention's heads merged back)
+/// makes a new storage, whose values are its input's: it carries the input's origin on.
+void carry_taint_of_view(const Call& call, const std::vector<c10::IValue>& outputs) {
+  auto& prov = provenance();
+  if (!prov.any_tainted()) return;
+  const std::int64_t id = prov.origin_of(call.inputs);
+  if (id < 0 || prov.origin_of(outputs) == id) return;
+  prov.taint(outputs, id);
+  prov.taint_nodes(outputs, id);
+}
+
 /// The host read a value (loss.item(), printing): NaN/Inf it held have left the program's
 /// tensors and reached the user.
 void check_host_read(const Call& call) {
@@ -1115,6 +1127,8 @@ void finish_op(const at::RecordFunction& fn, Call& call, ThreadState& t, const O
   }
   if (agg.stats.nonfinite() > 0) {
     on_nonfinite_output(fn, call, key, agg, t);
+  } else if (call.info->view) {
+    carry_taint_of_view(call, outputs);
   } else if (call.info->inplace) {
     provenance().untaint(outputs);  // rewritten finite (e.g. masked_fill_ over the NaNs)
   }

@@ -86,10 +86,11 @@ CastLossCounts counts_of(const Stats& s, Format f, std::int64_t step) {
   c.subnormal = s.subnormal_in(f);
   c.source_sq = s.sum_sq;
   c.lost_sq = lost_sq_bound(s, f, c.underflow);
-  const std::int64_t lost = c.underflow + c.overflow;
-  c.worst_rel_l2 = s.sum_sq > 0 ? std::min(1.0, std::sqrt(c.lost_sq / s.sum_sq)) : (c.underflow > 0 ? 1.0 : 0.0);
-  c.worst_step = c.worst_rel_l2 > 0 ? step : -1;  // no step is "worst" at losing nothing
-  if (lost > 0) c.first_step = step;
+  if (c.underflow + c.overflow > 0) c.first_step = step;
+  c.open_step = step;  // the worst step is decided over the whole step (add_call, close_step)
+  c.open_lost_sq = c.lost_sq;
+  c.open_source_sq = c.source_sq;
+  c.open_underflow = c.underflow;
   return c;
 }
 
@@ -199,7 +200,7 @@ void file_cast_loss(const OpKey& key, CastLossCounts c) {
   for (auto& have : entry.casts) {
     if (have.arg_index == c.arg_index && have.target_dtype == c.target_dtype &&
         have.source_dtype == c.source_dtype) {
-      have.add(c);
+      have.add_call(c);
       return;
     }
   }
@@ -302,8 +303,35 @@ std::vector<SilentLossEntry> silent_loss_snapshot() {
   auto& s = detail::store();
   std::lock_guard<std::mutex> lock(s.mu);
   std::vector<SilentLossEntry> out;
-  for (const auto& [key, e] : detail::current_locked(s).entries) out.push_back(e);
+  for (const auto& [key, e] : detail::current_locked(s).entries) {
+    out.push_back(e);
+    for (auto& c : out.back().casts) c.close_step();  // the last step counts too
+  }
   return out;
+}
+
+void CastLossCounts::add_call(const CastLossCounts& call) {
+  if (call.open_step != open_step) {
+    close_step();
+    open_step = call.open_step;
+  }
+  open_lost_sq += call.open_lost_sq;
+  open_source_sq += call.open_source_sq;
+  open_underflow += call.open_underflow;
+  CastLossTally::add(call);  // a call's own worst_step is -1: the step decides
+}
+
+void CastLossCounts::close_step() {
+  if (open_step < 0) return;
+  const double rel = open_source_sq > 0 ? std::min(1.0, std::sqrt(open_lost_sq / open_source_sq))
+                                        : (open_underflow > 0 ? 1.0 : 0.0);
+  if (rel > 0 && (worst_step < 0 || rel > worst_rel_l2)) {  // no step is "worst" at losing nothing
+    worst_rel_l2 = rel;
+    worst_step = open_step;
+  }
+  open_step = -1;
+  open_lost_sq = open_source_sq = 0.0;
+  open_underflow = 0;
 }
 
 }  // namespace ampscope

@@ -8,6 +8,8 @@ its forward runs again on copies of its inputs and buffers, from the RNG state i
 under the per-op sentinel, which names the op at this step and layer exactly as an observed step
 would. The training run never sees the replay: the originals keep their values and versions and
 the RNG state is put back."""
+import copy
+
 import torch
 from torch.utils import _pytree
 
@@ -50,6 +52,49 @@ def check_output(local, module, args, kwargs, output, frame, stack):
     replay(local, module, args, kwargs, frame, leaves)
 
 
+def replay_copy(value, memo=None, depth=0):
+    """A copy of a forward's argument for a replay: tensors cloned (detached), containers and
+    plain objects copied with their attributes (a key/value cache that the forward appends to,
+    such as Hugging Face's DynamicCache, must not grow twice), modules, functions and anything
+    without attributes kept as they are."""
+    memo = {} if memo is None else memo
+    if id(value) in memo:
+        return memo[id(value)]
+    if isinstance(value, torch.Tensor):
+        out = value.detach().clone()
+    elif depth > 8 or isinstance(value, (torch.nn.Module, type)) or callable(value):
+        out = value
+    elif isinstance(value, (list, tuple)):
+        items = [replay_copy(v, memo, depth + 1) for v in value]
+        out = type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    elif isinstance(value, dict):
+        out = copy.copy(value)  # keeps the dict's own type (ModelOutput, OrderedDict)
+        for k, v in value.items():
+            out[k] = replay_copy(v, memo, depth + 1)
+    elif hasattr(value, "__dict__"):
+        out = copy.copy(value)
+        memo[id(value)] = out
+        for k, v in vars(value).items():
+            vars(out)[k] = replay_copy(v, memo, depth + 1)
+    else:
+        out = value
+    memo[id(value)] = out
+    return out
+
+
+def without_state_objects(args, kwargs):
+    """The arguments with plain objects (not tensors, containers, modules or callables: a
+    key/value cache) replaced by None; None when there are none."""
+    def strip(v):
+        state = (hasattr(v, "__dict__") and not isinstance(v, (torch.Tensor, torch.nn.Module, type))
+                 and not callable(v))
+        return None if state else v
+    new_args, new_kwargs = [strip(a) for a in args], {k: strip(v) for k, v in kwargs.items()}
+    same = all(a is b for a, b in zip(new_args, args)) and all(
+        new_kwargs[k] is v for k, v in kwargs.items())
+    return None if same else (tuple(new_args), new_kwargs)
+
+
 def replay(local, module, args, kwargs, frame, leaves):
     """Runs module.forward again under the per-op sentinel (see the module doc). Copies, not the
     originals: a forward may write its inputs or buffers in place (an in-place ReLU, BatchNorm's
@@ -57,8 +102,11 @@ def replay(local, module, args, kwargs, frame, leaves):
     ops = _core.ops()
     generator = torch.default_generator
     after = generator.get_state()
-    copy = lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t  # noqa: E731
-    args, kwargs = _pytree.tree_map(copy, (args, kwargs))
+    try:
+        args, kwargs = replay_copy((args, kwargs))
+    except Exception:  # an argument that cannot be copied: tensors only, as before
+        clone = lambda t: t.detach().clone() if isinstance(t, torch.Tensor) else t  # noqa: E731
+        args, kwargs = _pytree.tree_map(clone, (args, kwargs))
     swapped = [(m, name, b) for m in module.modules() for name, b in m._buffers.items()
                if b is not None]
     mode, local.mode = getattr(local, "mode", 0), 0  # the modules it calls push their layers
@@ -66,13 +114,24 @@ def replay(local, module, args, kwargs, frame, leaves):
     ops.begin_replay()
     if not frame.pushed:
         ops.push_layer_id(frame.info.lid)
-    try:
+    def run(args, kwargs):
         for m, name, b in swapped:
             m._buffers[name] = b.detach().clone()
         generator.set_state(frame.rng)
         replayed = tensor_leaves(module.forward(*args, **kwargs))
         if replayed:
             ops.module_outputs(replayed)  # the values the replay's ops made reach its output
+
+    try:
+        try:
+            run(args, kwargs)
+        except Exception:
+            # A state object the call already updated (a key/value cache holds this call's keys
+            # now): once more without such objects, which optional arguments accept.
+            stripped = without_state_objects(args, kwargs)
+            if stripped is None or ops.nonfinite_seen():
+                raise
+            run(*stripped)
     except Exception as e:  # never disturb the training loop
         failed = e
     finally:

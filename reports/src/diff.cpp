@@ -95,7 +95,14 @@ std::string render_diff(const ReportDiff& d, const Report& unsafe_before, const 
   for (const auto& c : d.dtype_changes) {
     out += fmt::format("  {}  {}: {} -> {}\n", layer_label(safe(c.layer)), safe(c.op), safe(c.before), safe(c.after));
   }
-  if (d.step_s_before > 0 && d.step_s_after > 0) {
+  if (before.run.steps != after.run.steps && before.run.steps > 0 && after.run.steps > 0) {
+    // A loop that skips its optimizer step on a NaN loss runs as many iterations in fewer
+    // steps (steps end at optimizer steps), and a run may stop early: per step, they differ.
+    out += fmt::format(
+        "time per step: not compared (the runs counted {} and {} steps: an optimizer step skipped "
+        "on NaN/Inf, or a run that stopped early); the whole runs took {:.4g} s and {:.4g} s\n",
+        before.run.steps, after.run.steps, before.run.duration_s, after.run.duration_s);
+  } else if (d.step_s_before > 0 && d.step_s_after > 0) {
     out += fmt::format("time per step: {:.4g} s -> {:.4g} s ({:+.1f}%)\n", d.step_s_before,
                        d.step_s_after, 100.0 * (d.step_s_after / d.step_s_before - 1.0));
   }

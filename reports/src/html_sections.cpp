@@ -3,6 +3,7 @@
 // is escaped here; the interactive parts are filled in by the page's script.
 
 #include <ampscope/reports/html.h>
+#include <ampscope/reports/recommend.h>
 #include <fmt/format.h>
 
 #include <cmath>

@@ -254,7 +254,11 @@ void grad_underflow_rule(const Report& r, Findings& out) {
   Finding f;
   f.layer = "";  // loss scaling acts on the whole model
   f.action = Action::kLossScaling;
-  f.severity = Severity::kHigh;
+  // A GradScaler already at the largest safe scale leaves nothing to do by scaling: what still
+  // underflows is beyond the format's range (stock float16 BERT under a GradScaler: 0.07% of
+  // the gradient's norm). Information, not a task.
+  const bool scaler_at_best = !r.loss_scale.empty() && k == 0;
+  f.severity = scaler_at_best ? Severity::kLow : Severity::kHigh;
   f.reasons = {"grad_underflow_" + name};
   add_evidence(f.evidence, ev);
   out.push_back(std::move(f));
@@ -386,7 +390,10 @@ void grad_underflow_line(const GradUnderflowEvidence& e, std::vector<std::string
   std::string s;
   if (std::isfinite(e.share_lost))
     s = fmt::format("{:.3g}% of gradient values underflow/subnormal in {}", 100 * e.share_lost, e.format);
-  if (std::isfinite(e.suggested_scale)) s += ", suggested loss scale " + text::number(e.suggested_scale);
+  if (std::isfinite(e.suggested_scale) && e.loss_scale_in_use == e.suggested_scale)
+    s += ", the GradScaler's scale " + text::number(e.suggested_scale) + " is already the largest safe one";
+  else if (std::isfinite(e.suggested_scale))
+    s += ", suggested loss scale " + text::number(e.suggested_scale);
   lines.push_back(std::move(s));
 }
 

@@ -39,9 +39,6 @@ void lines_of(const nlohmann::json& evidence, std::vector<std::string>& lines) {
 /// Every rule, in the order the engine runs them (recommend.cpp).
 const std::vector<Rule>& rules();
 
-/// The key evidence of a recommendation in one line: each rule's line for its part, "; "-joined.
-std::string key_evidence(const Recommendation& rec);
-
 /// The largest finite value of a named low-precision format, or none when it is none of them.
 std::optional<double> format_max_of(const std::string& dtype);
 

@@ -286,6 +286,75 @@ def test_fix_a_libtorch_program_runs_to_the_end(cli, tmp_path):
     assert json.loads((out / "precision_map.json").read_text())["pin_fp32"] == []
 
 
+# A tanh-approximated GELU whose pow overflows float16 in forward (tanh(inf) = 1: the output
+# stays finite) and makes 0 * inf = NaN in backward, from step 2 on.
+GELU_BACKWARD = textwrap.dedent("""
+    import math, torch
+    torch.manual_seed(0)
+
+    class Act(torch.nn.Module):
+        def forward(self, x):
+            inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))
+            return 0.5 * x * (1.0 + torch.tanh(inner))
+
+    m = torch.nn.Sequential(torch.nn.Linear(8, 8), Act(), torch.nn.Linear(8, 2))
+    opt = torch.optim.SGD(m.parameters(), lr=0.0)
+    for step in range(4):
+        with torch.no_grad():
+            m[0].weight.copy_(torch.eye(8) * (1.0 if step < 2 else 200.0))
+            m[0].bias.zero_()
+        with torch.autocast("cpu", dtype=torch.float16):
+            out = m(torch.ones(4, 8))
+        out.float().sum().backward()
+        print("grads finite", step, all(bool(p.grad.isfinite().all()) for p in m.parameters()))
+        opt.step()
+        opt.zero_grad()
+""")
+
+
+def test_fix_with_every_reruns_an_origin_its_unrecorded_step_hid(cli, run_py, tmp_path):
+    # Step 2 is not recorded with --every 4: the watch sees NaN gradients but not their maker.
+    # The run is repeated recording every step, which names PowBackward0 in layer 1.
+    script = tmp_path / "train.py"
+    script.write_text(GELU_BACKWARD)
+    out = tmp_path / "fix"
+    res = cli("fix", "--out", out, "--every", "4", "--", sys.executable, script)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "once more, recording every step" in res.stderr
+    watched = report(out / "runs" / "01-baseline")
+    assert [r["reasons"] for r in watched["recommendations"] if r["action"] == "watch"] == [
+        ["nonfinite_origin_unobserved"]]
+    recorded = report(out / "runs" / "01-baseline-every-step")
+    e = recorded["first_nonfinite"]
+    assert (e["step"], e["layer"], e["op"], e["phase"]) == (2, "1", "PowBackward0", "backward")
+    assert json.loads((out / "precision_map.json").read_text())["pin_fp32"] == ["1"]
+    # oracle: the script itself reports NaN gradients from step 2, and finite ones with the map
+    plain = run_py(script)
+    assert "grads finite 1 True" in plain.stdout and "grads finite 2 False" in plain.stdout
+    res2 = run_py("-m", "ampscope", "--out", tmp_path / "check", "--map",
+                  out / "precision_map.json", script)
+    assert res2.returncode == 0, res2.stderr
+    assert res2.stdout.count("grads finite") == 4 and "False" not in res2.stdout, res2.stdout
+
+
+def test_fix_says_when_the_baseline_could_show_nothing(cli, tmp_path):
+    # No model trained, nothing in low precision: "clean", but with notes saying why.
+    script = tmp_path / "idle.py"
+    script.write_text("import torch\nprint(torch.ones(3).sum().item())\n")
+    res = cli("fix", "--out", tmp_path / "fix", "--", sys.executable, script)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "completed no training step" in res.stdout
+    assert "no op of the baseline computed in a low-precision dtype" in res.stdout
+
+
+def test_fix_a_script_that_fails_by_itself_says_so(cli, tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text("import torch\ntorch.ones(2).sum()\nraise ValueError('no data found')\n")
+    res = cli("fix", "--out", tmp_path / "fix", "--", sys.executable, script)
+    assert res.returncode == 3, res.stdout + res.stderr
+    assert "the command failed without pins (exit code 1: \"ValueError: no data found\"" in res.stdout
+
+
 @pytest.mark.parametrize("args", [
     ["fix"],                                              # no command
     ["fix", "--", ],

@@ -346,6 +346,50 @@ def test_shadow_finds_precision_loss_from_cancellation():
     assert rec["evidence"]["shadow"][0]["max_rel_err"] > 0.05
 
 
+class OffsetThenNorm(torch.nn.Module):
+    """A Linear whose output is 1000 plus a spread float16 cannot hold, then a LayerNorm."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc = torch.nn.Linear(64, 64)
+        self.ln = torch.nn.LayerNorm(64)
+        with torch.no_grad():
+            self.fc.weight.mul_(1e-3)
+            self.fc.bias.fill_(1000.0)
+
+    def forward(self, x):
+        return self.ln(self.fc(x))
+
+
+def test_shadow_takes_no_evidence_from_an_all_zero_float32_result():
+    """The LayerNorm of rows float16 rounded to a constant: its float32 re-run on those rows is
+    all zeros, and the low-precision result's residue (~1e-3 of a normalised output) has no
+    relative error or angle to measure. Pinning it would change nothing: the rows are lost
+    before it (the float32 oracle below)."""
+    model = OffsetThenNorm()
+    x = torch.randn(32, 64, generator=torch.Generator().manual_seed(3))
+    seen = {}
+    hook = model.ln.register_forward_hook(lambda m, a, o: seen.update(inp=a[0].detach()))
+    with ampscope.profile(model=model, out=None, shadow=True) as prof:
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+            model(x)
+    hook.remove()
+    # the planted case is real: float32 of the same rows is all zeros
+    ref = F.layer_norm(seen["inp"].float(), (64,), model.ln.weight, model.ln.bias)
+    assert seen["inp"].dtype == torch.float16 and (seen["inp"] == seen["inp"][:, :1]).all()
+    assert ref.abs().max() == 0
+    [ln] = [o for o in next(l for l in prof.report["layers"] if l["name"] == "ln")["ops"]
+            if o["op"] == "aten::layer_norm"]
+    assert ln["shadow"]["checks"] == 1
+    assert ln["shadow"]["min_cosine"] == 1.0 and ln["shadow"]["max_rel_err"] == 0.0
+    assert not [r for r in prof.report["recommendations"] if r["layer"] == "ln"]
+    # a float32 ln on those rows changes nothing: the difference is the rows, made by fc
+    with torch.no_grad():
+        full = model.ln(model.fc(x))
+    assert (F.layer_norm(seen["inp"].float(), (64,)) - full).norm() / full.norm() > 0.5
+
+
 def test_stop_on_nonfinite_from_the_command_line(run_py, tmp_path):
     script = tmp_path / "train.py"
     script.write_text(

@@ -455,6 +455,81 @@ def test_gpt2_backward_nan_on_an_unsampled_step_claims_no_cause():
     assert not any(r["action"] in ("pin_fp32", "fix_model") for r in report["recommendations"])
 
 
+def gpt2_scores_overflow_step(prof_kwargs=None, pin=False):
+    """GPT-2 with eager attention whose q/k projection is scaled up: the scores' float16 matmul
+    overflows. Eager attention merges the heads back with a copying transpose/reshape before
+    c_proj. Returns (report, loss)."""
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2, n_head=4,
+                                  attn_implementation="eager")
+    model = transformers.GPT2LMHeadModel(cfg)
+    with torch.no_grad():
+        model.transformer.h[0].attn.c_attn.weight.mul_(1000)
+    if pin:
+        ampscope.apply_precision_map(model, {"schema": "ampscope.precision_map/1",
+                                             "pin_fp32": ["transformer.h.0.attn"]})
+    ctx = ampscope.profile(out=None, **prof_kwargs) if prof_kwargs is not None else None
+    with ctx or contextlib.nullcontext():
+        with torch.autocast("cpu", dtype=torch.float16):
+            loss = model(**batch("gpt2")).loss
+        loss.backward()
+    return (ctx.report if ctx else None), loss.item()
+
+
+@pytest.mark.parametrize("every", [1, 4])
+def test_gpt2_attention_overflow_is_named_at_its_matmul_through_the_heads_merge(every):
+    # Oracle: torch's run is NaN, and the same run with that attention in float32 is finite.
+    _, loss = gpt2_scores_overflow_step()
+    assert math.isnan(loss)
+    assert math.isfinite(gpt2_scores_overflow_step(pin=True)[1])
+    report, loss2 = gpt2_scores_overflow_step({"every": every})
+    assert math.isnan(loss2)
+    e = report["first_nonfinite"]
+    attn = "transformer.h.0.attn"
+    assert (e["layer"], e["op"], e["phase"], e["inputs_finite"]) == (attn, "aten::matmul", "forward", True)
+    assert e["fp32_also_nonfinite"] is False
+    pins = [r["layer"] for r in report["recommendations"] if r["action"] == "pin_fp32"]
+    assert pins == [attn]
+    # c_proj was handed the merged heads' NaN: not a model bug of its own
+    assert not [r for r in report["recommendations"] if r["action"] == "fix_model"]
+
+
+def test_gpt2_attention_overflow_on_an_unsampled_step_is_replayed_without_its_cache():
+    # The watch replays the attention module, whose call already put its keys into the
+    # model's key/value cache: the replay must neither see them twice nor add them to the
+    # run's cache, and must name the op as a recorded step does.
+    def run(prof_kwargs=None):
+        torch.manual_seed(0)
+        cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2,
+                                      n_head=4, attn_implementation="eager")
+        model = transformers.GPT2LMHeadModel(cfg)
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        b = batch("gpt2")
+        out = []
+        ctx = ampscope.profile(out=None, **prof_kwargs) if prof_kwargs is not None else None
+        with ctx or contextlib.nullcontext():
+            for step in range(2):
+                if step == 1:
+                    with torch.no_grad():
+                        model.transformer.h[0].attn.c_attn.weight.mul_(1000)
+                with torch.autocast("cpu", dtype=torch.float16):
+                    res = model(**b, use_cache=True)
+                opt.zero_grad()
+                res.loss.backward()
+                opt.step()
+                out.append((res.loss.item(), res.past_key_values.get_seq_length(0)))
+        return (ctx.report if ctx else None), out
+
+    _, want = run()
+    report, got = run({"every": 4})
+    assert str(got) == str(want)  # same losses (NaN at step 1) and cache lengths as torch's run
+    assert want[1][1] == batch("gpt2")["input_ids"].shape[1] and math.isnan(want[1][0])
+    e = report["first_nonfinite"]
+    attn = "transformer.h.0.attn"
+    assert (e["step"], e["layer"], e["op"], e["inputs_finite"]) == (1, attn, "aten::matmul", True)
+    assert [r["layer"] for r in report["recommendations"] if r["action"] == "pin_fp32"] == [attn]
+
+
 def test_gpt2_gelu_overflow_under_a_gradscaler_is_still_a_pin():
     # A GradScaler skips the step on the NaN gradients, and again on the next: no scale makes
     # 0 * inf finite. The pin is the fix (oracle: GELU in float32, and the scaler skips nothing).

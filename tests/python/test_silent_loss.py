@@ -114,6 +114,48 @@ def test_explicit_half_cast_in_model_code_is_fix_model():
     assert recs(p.report, "pin_fp32") == []  # a pin cannot undo the model's own cast
 
 
+class Frames(torch.nn.Module):
+    """A sequence processed frame by frame: autocast casts proj's input once per frame."""
+
+    def __init__(self, cast_in_model=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.proj = torch.nn.Linear(32, 32)
+        self.cast_in_model = cast_in_model
+
+    def forward(self, x):
+        frames = [x[:, t].half().float() if self.cast_in_model else x[:, t] for t in range(x.shape[1])]
+        return torch.stack([self.proj(f) for f in frames], 1)
+
+
+@pytest.mark.parametrize("cast_in_model", [False, True], ids=["autocast", "model"])
+def test_share_of_the_norm_lost_in_a_step_is_over_all_its_casts(cast_in_model):
+    """One near-silent frame of 64 loses all its values to float16 but ~nothing of the step's
+    input: no finding. The same frames all near-silent: the step lost everything, a high one."""
+    x = torch.randn(8, 64, 32, generator=torch.Generator().manual_seed(2))
+    x[:, 0] *= 1e-9  # below float16's smallest subnormal (~6e-8)
+    for tiny, expect in ((x, False), (x * 1e-9, True)):
+        model = Frames(cast_in_model)
+        with ampscope.profile(model=model, out=None) as p:
+            with torch.autocast("cpu", dtype=torch.float16):
+                model(tiny).float().sum().backward()
+        # oracle: torch's cast, over the step's whole input
+        lost = tiny[tiny.to(torch.float16) == 0]
+        share = (lost.norm() / tiny.norm()).item()
+        casts = [c for l in p.report["layers"] for o in l["ops"] for c in o.get("cast_loss", [])
+                 if c["underflow"] > 0]
+        assert sum(c["underflow"] for c in casts) == lost.numel()
+        [cast] = casts
+        assert cast["casts"] == 64 and cast["worst_step"] == 0
+        # an upper bound within 4x of the lost sum of squares: within 2x of the norm
+        assert share <= cast["worst_rel_l2"] <= max(2 * share, 1e-9) or cast["worst_rel_l2"] == 1.0 == share
+        assert bool(silent_reasons(p.report)) == expect
+        if expect:
+            [r] = [r for r in p.report["recommendations"] if "cast_underflow_float16" in r["reasons"]]
+            assert r["severity"] == "high"
+            assert r["action"] == ("fix_model" if cast_in_model else "pin_fp32")
+
+
 class Mlp(torch.nn.Module):
     def __init__(self):
         super().__init__()

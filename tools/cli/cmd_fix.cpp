@@ -55,7 +55,9 @@ costs only the steps up to its failure; a map that was run once is not run again
                      is round 1 without --map); the last round's recommendations are not
                      added, since no run would test them
   --map FILE         start from this map (its redundant pins are dropped by minimisation)
-  --every N          record every N-th step only (the sentinel still finds every NaN/Inf)
+  --every N          record every N-th step only (the watch still finds every NaN/Inf; a run
+                     whose NaN/Inf came from a step it did not record, in backward, is run once
+                     more recording every step, to name the op that made it)
 
 Findings a pin cannot fix (fix_model: a model bug that float32 does not avoid; loss_scaling;
 fp32_master_weights) are listed under "what remains".
@@ -138,15 +140,25 @@ PassResult run_and_read(const PassOptions& o, fix::RunRecord& rec) {
   }
 }
 
-fix::RunRecord run_one(const FixContext& c, const fix::RunRequest& req) {
+/// True when the run's NaN/Inf came from an unrecorded step the watch could not take apart
+/// (a gradient gone non-finite in backward): a run recording every step names its maker.
+bool origin_unobserved(const reports::Report& r) {
+  for (const auto& rec : r.recommendations)
+    for (const auto& reason : rec.reasons)
+      if (reason == "nonfinite_origin_unobserved") return true;
+  return false;
+}
+
+fix::RunRecord run_once(const FixContext& c, const fix::RunRequest& req, int every,
+                        const std::string& dir_suffix) {
   fix::RunRecord rec;
   rec.dir = reports::join_path(reports::join_path(c.out, "runs"),
-                               fmt::format("{:02}-{}", req.index, slug(req.purpose)));
+                               fmt::format("{:02}-{}{}", req.index, slug(req.purpose), dir_suffix));
   reports::make_directories(rec.dir);
   PassOptions o;
   o.cmd = c.cmd;
   o.out = rec.dir;
-  o.every = c.every;
+  o.every = every;
   o.map = write_applied_map(rec.dir, req, c);
   o.stop_on_nonfinite = !req.full;
   o.log = reports::join_path(rec.dir, "log.txt");
@@ -161,6 +173,20 @@ fix::RunRecord run_one(const FixContext& c, const fix::RunRequest& req) {
   fmt::print(stderr, "{}  [{:.1f} s]{}\n", fix::run_result(rec), rec.seconds,
              fix::failed(rec) ? " (see " + o.log + ")" : "");
   return rec;
+}
+
+/// One run of the request; with --every N, once more recording every step when its NaN/Inf
+/// came from a step the watch could not take apart (that run is the one the search sees).
+fix::RunRecord run_one(const FixContext& c, const fix::RunRequest& req) {
+  fix::RunRecord rec = run_once(c, req, c.every, "");
+  if (c.every == 1 || g_fix_signal || !origin_unobserved(rec.report)) return rec;
+  fmt::print(stderr,
+             "ampscope fix: run {:>2}  its NaN/Inf came from a step --every {} did not record: "
+             "once more, recording every step\n",
+             req.index, c.every);
+  fix::RunRecord again = run_once(c, req, 1, "-every-step");
+  again.seconds += rec.seconds;
+  return again;
 }
 
 }  // namespace

@@ -4,10 +4,14 @@
 
 #include <ampscope/reports/diff.h>
 #include <ampscope/reports/evidence.h>
+#include <ampscope/reports/files.h>
+#include <ampscope/reports/recommend.h>
 #include <fmt/core.h>
 
 #include <algorithm>
 #include <cmath>
+
+#include "profiled_run.h"
 
 namespace ampscope::cli::fix {
 
@@ -39,7 +43,7 @@ std::string evidence_text(const reports::Recommendation& rec) {
   }
   if (const auto ops = reports::evidence_of<reports::NonfiniteOpEvidence>(rec.evidence); !ops.empty())
     return fmt::format("{} from step {}", ops[0].op, ops[0].first_step);
-  return "";
+  return reports::key_evidence(rec);
 }
 
 }  // namespace
@@ -143,10 +147,13 @@ std::string headline(const FixOutcome& o) {
     return fmt::format("INTERRUPTED {}: the map is {}", done,
                        is_clean(o.final()) ? "the smallest clean one run so far (not minimal)"
                                            : "the last run's (no run was clean)");
-  if (o.ended == "failed")
-    return fmt::format(
-        "NOT clean {}: the command failed with the map (exit code {}; see {}/log.txt)", done,
-        o.final().exit_code, o.final().dir);
+  if (o.ended == "failed") {
+    const RunRecord& f = o.final();
+    const std::string log = reports::join_path(f.dir, "log.txt");
+    return fmt::format("NOT clean {}: the command failed {} (exit code {}: \"{}\"; see {})", done,
+                       f.pins.empty() ? "without pins" : "with the map", f.exit_code,
+                       last_line(log), log);
+  }
   const std::string why = o.ended == "max_rounds"
                               ? "--max-rounds reached"
                               : "the last run recommends no new pin (see what remains)";
@@ -179,12 +186,17 @@ std::string pins_section(const FixOutcome& o) {
                        run_result(o.run(h.needed_by)));
   }
   std::string dropped;
+  const auto& layers = o.baseline().report.layers;
   for (const auto& h : o.pins) {
     if (!h.dropped_by) continue;
+    const bool known = h.layer.empty() ||  // it or a module inside it ran
+                       std::any_of(layers.begin(), layers.end(), [&](const reports::Layer& l) {
+                         return l.name == h.layer || l.name.rfind(h.layer + ".", 0) == 0;
+                       });
     dropped += fmt::format(
-        "  {}  ({}; run {} without it was clean)\n", label(h.layer),
+        "  {}  ({}; run {} without it was clean){}\n", label(h.layer),
         h.added_by ? fmt::format("added in round {}", h.round) : "from the starting map",
-        h.dropped_by);
+        h.dropped_by, known ? "" : " -- no layer of that name ran in the baseline");
   }
   return dropped.empty() ? s : s + "dropped (not needed):\n" + dropped;
 }
@@ -212,11 +224,28 @@ std::string cost_section(const FixOutcome& o) {
                                   after.report);
 }
 
+/// What the baseline could not show: a clean verdict on a run that trained nothing, or in
+/// float32 throughout, says nothing about mixed precision.
+std::string baseline_notes(const reports::Report& r) {
+  std::string s;
+  if (r.run.steps == 0)
+    s += "note: the baseline run completed no training step (no optimizer step or "
+         "ampscope.step() was seen): it checked little or nothing\n";
+  bool low = false;
+  for (const auto& layer : r.layers)
+    for (const auto& op : layer.ops) low = low || format_from_name(op.compute_dtype, nullptr);
+  if (!low)
+    s += "note: no op of the baseline computed in a low-precision dtype (autocast off, or no "
+         "float16/bfloat16 tensors): no precision problem could show; is mixed precision on in "
+         "this command?\n";
+  return s;
+}
+
 }  // namespace
 
 std::string render_fix(const FixOutcome& o, const std::string& command) {
   std::string s = "ampscope fix: " + headline(o) + "\n";
-  s += "command: " + command + "\n\n";
+  s += "command: " + command + "\n" + baseline_notes(o.baseline().report) + "\n";
   s +=
       runs_section(o) + "\n" + pins_section(o) + "\n" + remains_section(o) + "\n" + cost_section(o);
   return s;

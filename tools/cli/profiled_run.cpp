@@ -39,19 +39,20 @@ int run_demo_pass(const PassOptions& o) {
   return spawn_and_wait(c, o.log);
 }
 
-/// The last non-empty line of a log file, printable and at most 200 characters.
+}  // namespace
+
 std::string last_line(const std::string& path) {
   std::ifstream in(path);
   std::string line, last;
-  while (std::getline(in, line))
-    if (!line.empty()) last = line;
+  while (std::getline(in, line)) {
+    const bool own = line.rfind("ampscope: ", 0) == 0 && line.rfind("ampscope: error", 0) != 0;
+    if (!line.empty() && !own) last = line;  // not "ampscope: wrote ...", after the error
+  }
   std::string out;
   for (unsigned char c : last.substr(0, 200))
     out.push_back(c >= 0x20 && c < 0x7f ? static_cast<char>(c) : '?');
   return out;
 }
-
-}  // namespace
 
 PassResult run_pass(const PassOptions& o) {
   // Python scripts and LibTorch programs read the map from the environment; an empty map must

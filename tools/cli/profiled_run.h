@@ -34,5 +34,8 @@ bool can_stop_on_nonfinite(const std::vector<std::string>& cmd);
 PassResult run_pass(const PassOptions& o);
 /// The command as one line, for progress messages.
 std::string join_command(const std::vector<std::string>& cmd);
+/// The last non-empty line of a log file that is not ampscope's own news ("ampscope: wrote
+/// ..."; its errors count): the command's error. Printable, at most 200 characters.
+std::string last_line(const std::string& path);
 
 }  // namespace ampscope::cli

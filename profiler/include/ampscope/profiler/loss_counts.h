@@ -22,8 +22,8 @@ struct CastLossTally {
   /// exponent histogram: sqrt(lost_sq / source_sq) bounds the relative L2 norm lost.
   double lost_sq = 0.0;
   std::int64_t first_step = -1;  ///< first step with an underflowed or overflowed value
-  std::int64_t worst_step = -1;  ///< step of the cast that lost the largest part of its norm
-  double worst_rel_l2 = 0.0;     ///< sqrt(lost_sq / source_sq) of that cast
+  std::int64_t worst_step = -1;  ///< recorded step whose casts lost the largest part of their norm
+  double worst_rel_l2 = 0.0;     ///< sqrt(lost_sq / source_sq) over that step's casts
 
   /// Upper bound of the relative L2 norm the underflow took away over all casts (0..1).
   double lost_rel_l2() const;

@@ -23,6 +23,19 @@ struct CastLossCounts : CastLossTally {
   bool parameter = false;   ///< the source was a parameter (a leaf that requires grad)
   std::int8_t source_dtype = -1;  ///< c10::ScalarType of the source
   std::int8_t target_dtype = -1;  ///< ... and of the cast's result
+
+  /// The step being tallied and its running sums. `worst_rel_l2` is a step's share of the norm
+  /// lost over every cast of this argument in it: a model that loops over frames casts one
+  /// argument many times a step, and one frame of tiny values is not the step's input.
+  std::int64_t open_step = -1;
+  double open_lost_sq = 0.0;
+  double open_source_sq = 0.0;
+  std::int64_t open_underflow = 0;
+
+  /// Adds the counts of one call (its own open_* sums: one cast of `open_step`).
+  void add_call(const CastLossCounts& call);
+  /// Folds the open step into worst_rel_l2 / worst_step.
+  void close_step();
 };
 
 /// An output counts as (almost) all zeros when at most this share of it is nonzero.

@@ -52,5 +52,8 @@ int severity_rank(const std::string& severity);
 
 /// Evidence-backed recommendations for a report, most severe first. A clean run gives none.
 std::vector<Recommendation> recommend(const Report& report);
+/// The key evidence of a recommendation in one line: each rule's line for its part, "; "-joined
+/// (the summary's, the HTML's and `ampscope fix`'s).
+std::string key_evidence(const Recommendation& rec);
 
 }  // namespace ampscope::reports
