@@ -162,8 +162,10 @@ std::string headline(const FixOutcome& o) {
 
 std::string runs_section(const FixOutcome& o) {
   std::string s = "runs:\n";
+  std::size_t width = 24;  // "without <a long layer name>" widens the column
+  for (const auto& r : o.runs) width = std::max(width, r.purpose.size());
   for (const auto& r : o.runs) {
-    s += fmt::format("  {:>2}  {:<24} {:<8} {:>6.1f} s  {}\n      {}\n", r.index, r.purpose,
+    s += fmt::format("  {:>2}  {:<{}} {:<8} {:>6.1f} s  {}\n      {}\n", r.index, r.purpose, width,
                      plural(r.pins.size(), "pin"), r.seconds, r.dir, run_result(r));
   }
   return s;
