@@ -3,6 +3,7 @@
 // nothing outside itself; a 1,000-layer report stays under 5 MB. (The page's behaviour in a real
 // browser is tests/python/test_html_browser.py.)
 #include <ampscope/reports/html.h>
+#include <ampscope/reports/merge.h>
 #include <ampscope/reports/report.h>
 #include <gtest/gtest.h>
 
@@ -473,6 +474,7 @@ TEST(HtmlSections, RankSelectorForMergedReports) {
   e3.step = 9;
   e3.layer = "head";
   r.first_nonfinite_by_rank = {e1, e3};
+  r.run.notes.push_back(std::string(kMergedNote) + "4 rank reports");
   const std::string html = render_html(r);
   EXPECT_NE(html.find("<section id=\"ranks\">"), std::string::npos);
   EXPECT_NE(html.find("id=\"rank-select\""), std::string::npos);
@@ -483,6 +485,19 @@ TEST(HtmlSections, RankSelectorForMergedReports) {
   ASSERT_EQ(d["by_rank"].size(), 2u);
   EXPECT_EQ(d["by_rank"][1]["rank"], 3);
   EXPECT_EQ(d["by_rank"][1]["layer"], "head");
+}
+
+TEST(HtmlSections, ARanksOwnReportSpeaksForItselfOnly) {
+  // Rank 1's report of a 2-rank run that went NaN: not "2 of 2 ranks saw no non-finite value".
+  Report r = nan_report();
+  r.run.world_size = 2;
+  r.run.rank = 1;
+  std::string html = render_html(r);
+  EXPECT_EQ(html.find("rank(s) saw no non-finite value"), std::string::npos);
+  EXPECT_NE(html.find("This is the report of rank 1 of 2: it saw a non-finite value"), std::string::npos);
+  r.first_nonfinite.reset();
+  html = render_html(r);
+  EXPECT_NE(html.find("This is the report of rank 1 of 2: it saw no non-finite value"), std::string::npos);
 }
 
 TEST(HtmlSections, WhatIfListsRiskyLayersFirst) {

@@ -27,7 +27,11 @@ void apply_run_overrides(reports::Report& r, const std::string& run_json) {
   auto j = nlohmann::json::parse(run_json, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return;
   auto& run = r.run;
-  if (j.contains("rank") && j["rank"].is_number_integer()) run.rank = j["rank"].get<int>();
+  if (j.contains("rank") && j["rank"].is_number_integer()) {
+    run.rank = j["rank"].get<int>();
+    if (r.first_nonfinite) r.first_nonfinite->rank = run.rank;  // this rank's own events
+    if (r.scaler_caught) r.scaler_caught->first.rank = run.rank;
+  }
   if (j.contains("world_size") && j["world_size"].is_number_integer())
     run.world_size = j["world_size"].get<int>();
   if (j.contains("command") && j["command"].is_string()) run.command = j["command"];
@@ -123,10 +127,15 @@ void begin_replay() { Observer::begin_replay(); }
 void end_replay() { Observer::end_replay(); }
 /// A watched step's NaN/Inf that no op could be named for (see Observer::note_unattributed).
 void note_unattributed(std::string layer, std::string type, std::string what, std::string phase,
-                       std::optional<at::ScalarType> dtype, bool nan, int64_t step) {
+                       std::optional<at::ScalarType> dtype, bool nan, int64_t step,
+                       bool inputs_finite) {
   const LayerId id = layer.empty() && type.empty() ? kOutsideLayerId : layer_for_name(layer, type);
   Observer::note_unattributed(id, what, parse_phase(phase),
-                              dtype ? static_cast<std::int8_t>(*dtype) : std::int8_t{-1}, nan, step);
+                              dtype ? static_cast<std::int8_t>(*dtype) : std::int8_t{-1}, nan, step,
+                              inputs_finite);
+}
+bool blame_model_inputs(const std::vector<at::Tensor>& tensors, std::string what) {
+  return Observer::blame_model_inputs(tensors, what);
 }
 /// A parameter's owning layer, for AccumulateGrad attribution (Python front end).
 void name_param(const at::Tensor& param, std::string layer, std::string type) {
@@ -212,8 +221,9 @@ TORCH_LIBRARY(ampscope, m) {
   m.def("begin_replay() -> ()", &ampscope::begin_replay);
   m.def("end_replay() -> ()", &ampscope::end_replay);
   m.def("note_unattributed(str layer, str layer_type, str what, str phase, ScalarType? dtype, "
-        "bool nan, int step=-1) -> ()",
+        "bool nan, int step=-1, bool inputs_finite=True) -> ()",
         &ampscope::note_unattributed);
+  m.def("blame_model_inputs(Tensor[] tensors, str what) -> bool", &ampscope::blame_model_inputs);
   m.def("pop_layer() -> bool", &ampscope::pop_layer);
   m.def("module_outputs(Tensor[] outputs) -> ()", &ampscope::module_outputs);
   m.def("optimizer_step_begins() -> ()", &ampscope::optimizer_step_begins);

@@ -1473,7 +1473,8 @@ void Observer::end_replay() {
 }
 
 void Observer::note_unattributed(LayerId layer, const std::string& what, Phase phase,
-                                 std::int8_t dtype, bool nan, std::int64_t step) {
+                                 std::int8_t dtype, bool nan, std::int64_t step,
+                                 bool inputs_finite) {
   auto& g = detail::global();
   if (!g.running.load()) return;
   detail::arm(g);
@@ -1484,7 +1485,25 @@ void Observer::note_unattributed(LayerId layer, const std::string& what, Phase p
   rec.op = what;
   rec.nan = nan;
   rec.compute_dtype = dtype;
+  rec.inputs_finite = inputs_finite;
   detail::set_first_harmful(std::move(rec), phase == Phase::kOptimizer ? "parameter" : "module_output");
+}
+
+bool Observer::blame_model_inputs(const std::vector<at::Tensor>& tensors, const std::string& what) {
+  auto& g = detail::global();
+  if (!g.have_first_nonfinite.load(std::memory_order_acquire)) return false;
+  {
+    std::lock_guard<std::mutex> lock(g.records_mu);
+    const auto& f = g.first_nonfinite;
+    if (!f || f->inputs_finite || f->phase != Phase::kForward || f->layer == kOutsideLayerId ||
+        f->step != g.step.load())
+      return false;
+  }
+  if (!any_nonfinite(tensors)) return false;
+  std::lock_guard<std::mutex> lock(g.records_mu);
+  g.first_nonfinite->layer = kOutsideLayerId;
+  g.first_nonfinite->op = what;
+  return true;
 }
 
 Stats Observer::stats_once(const at::Tensor& t) {
@@ -1536,9 +1555,11 @@ ObserverSnapshot Observer::snapshot() {
   for (auto& note : storage_skip_notes()) snap.notes.push_back(std::move(note));
   if (g.watch && g.every > 1) {
     snap.notes.push_back(
-        "unsampled steps were watched at module outputs, parameter gradients and ops outside "
-        "every module; a module whose output went non-finite was replayed under the per-op "
-        "sentinel to find the op; NaN/Inf consumed harmlessly are counted on recorded steps only");
+        "unsampled steps were watched at module outputs and parameter gradients (ops outside "
+        "every module, such as a loss computed in the training loop, are not checked there: "
+        "their NaN/Inf show as the gradients they reach); a module whose output went non-finite "
+        "was replayed under the per-op sentinel to find the op; NaN/Inf consumed harmlessly are "
+        "counted on recorded steps only");
   }
   if (const std::int64_t armed = g.armed_from.load(); armed >= 0 && g.watch && g.every > 1) {
     snap.notes.push_back("from step " + std::to_string(armed) +

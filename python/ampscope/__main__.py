@@ -163,6 +163,8 @@ def main(argv=None):
         return 128 + signal.SIGPIPE
     except SystemExit:
         raise  # the script's own exit code
+    except OutputError:  # the script ran, its report could not be written: said in one line
+        return 2
     except Exception as e:  # the script failed: its traceback as Python prints it, exit 1
         _script_traceback(e, a.script)
         return 1

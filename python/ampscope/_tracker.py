@@ -185,6 +185,8 @@ class Tracker:
             if frame.watched:  # a watched step: no op inside this module was checked
                 target = self._unwrap_compiled(module) if frame.info.compiled else module
                 _watch.check_output(self._local, target, args, kwargs, output, frame, stack)
+            if not stack:
+                _watch.blame_model_inputs(frame, args, kwargs)
             if frame.pushed and _core.ops().pop_layer():
                 # some live tensor holds NaN/Inf an op made: does this module pass it on?
                 leaves = _watch.tensor_leaves(output)

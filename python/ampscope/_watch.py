@@ -46,10 +46,30 @@ def check_output(local, module, args, kwargs, output, frame, stack):
     if not (frame.child_trip or ops.any_nonfinite(leaves)) or ops.nonfinite_seen():
         return  # clean, or the run's first harmful origin is known already
     parent = next((f for f in reversed(stack) if f is not None), None)
-    if parent is not None and ops.any_nonfinite(tensor_leaves((args, kwargs))):
-        parent.child_trip = True  # made before this module: the enclosing one's own ops
+    inputs = tensor_leaves((args, kwargs))
+    if ops.any_nonfinite(inputs):
+        if parent is not None:
+            parent.child_trip = True  # made before this module: the enclosing one's own ops
+        else:  # handed to the outermost module: made outside every module (the data)
+            ops.note_unattributed("", "", model_inputs_text(frame.info.type), "forward", None,
+                                  any(bool(torch.isnan(t).any()) for t in inputs
+                                      if t.is_floating_point()), -1, False)
         return
     replay(local, module, args, kwargs, frame, leaves)
+
+
+def model_inputs_text(module_type):
+    """The op of an origin in the model's own inputs (made outside every module: the data)."""
+    return f"inputs of {module_type} (non-finite from outside every module)"
+
+
+def blame_model_inputs(frame, args, kwargs):
+    """After the outermost module's call on the step the run first went non-finite: an op that
+    was handed NaN/Inf of unknown source got them from the model's inputs when those hold
+    them (a batch from the data loader), so the origin is the data's, not that op's module."""
+    ops = _core.ops()
+    if ops.nonfinite_seen():
+        ops.blame_model_inputs(tensor_leaves((args, kwargs)), model_inputs_text(frame.info.type))
 
 
 def replay_copy(value, memo=None, depth=0):
@@ -142,6 +162,9 @@ def replay(local, module, args, kwargs, frame, leaves):
         generator.set_state(after)
         for m, name, b in swapped:
             m._buffers[name] = b
+    from . import NonFiniteStop
+    if isinstance(failed, NonFiniteStop):
+        raise failed  # stop_on_nonfinite: a module inside the replay saw the origin named
     if not ops.nonfinite_seen():
         why = f"the replay failed: {type(failed).__name__}" if failed else "not reproduced by a replay"
         ops.note_unattributed(frame.info.name, frame.info.type, f"{frame.info.type} output ({why})",

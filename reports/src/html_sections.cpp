@@ -3,6 +3,7 @@
 // is escaped here; the interactive parts are filled in by the page's script.
 
 #include <ampscope/reports/html.h>
+#include <ampscope/reports/merge.h>
 #include <ampscope/reports/recommend.h>
 #include <fmt/format.h>
 
@@ -128,8 +129,11 @@ std::string diagnosis(const Report& r, const NonFiniteEvent& e) {
            "inputs in " + esc(low) + " (consumed there, e.g. tanh(inf)), and its backward "
            "formula met them again: pin the layer to float32; a smaller loss scale will not help.";
   if (e.fp32_also_nonfinite && *e.fp32_also_nonfinite)
-    return "<b>Model bug, not a precision problem.</b> Re-run in float32 the op is non-finite "
-           "too (e.g. log(0), 0/0, exp of a huge value): fix the model, pinning will not help.";
+    return "<b>Fix the model.</b> Re-run in float32 on the same inputs the op is non-finite "
+           "too (e.g. log(0), 0/0, exp of a huge value): no precision makes these inputs safe, "
+           "so pinning will not help. The inputs may themselves be a low-precision result (a "
+           "float16 softmax probability rounded to 0 before a log): compute it robustly "
+           "(log_softmax / cross_entropy instead of log(softmax), a clamp or an eps).";
   if (e.phase == Phase::kBackward && has_reason_prefix(r, "grad_overflow_"))
     return "<b>Gradient overflow.</b> A backward node overflowed " + esc(low) +
            ": the loss scale is too large (or missing a GradScaler); pinning would only move it.";
@@ -227,7 +231,12 @@ void ranks_section(const Report& r, std::string& out) {
     out += "</tbody></table>\n";
   }
   const int clean = r.run.world_size - static_cast<int>(seen.size());
-  if (clean > 0)
+  if (!is_merged(r))  // one rank's own report: the others are not in it
+    out += fmt::format(
+        "<p class=\"muted\">This is the report of rank {} of {}: it saw {} non-finite value. "
+        "<code>ampscope merge</code> the ranks' reports to see them all.</p>\n",
+        r.run.rank, r.run.world_size, r.first_nonfinite ? "a" : "no");
+  else if (clean > 0)
     out += fmt::format("<p class=\"muted\">{} of {} rank(s) saw no non-finite value.</p>\n", clean,
                        r.run.world_size);
   out += "</section>\n";

@@ -163,7 +163,7 @@ Report merge_reports(const std::vector<Report>& reports, const MergeOptions& opt
       out.first_nonfinite_by_rank.push_back(e);
     }
   }
-  out.run.notes.push_back("merged from " + std::to_string(by_rank.size()) + " rank reports");
+  out.run.notes.push_back(std::string(kMergedNote) + std::to_string(by_rank.size()) + " rank reports");
   out.run.notes.push_back(
       "merged stats: count, nan, posinf, neginf, zeros, overflow/underflow/subnormal and "
       "exp_hist are exact sums, absmax and absmin_nonzero exact extrema over the ranks; mean and "
@@ -176,6 +176,11 @@ Report merge_reports(const std::vector<Report>& reports, const MergeOptions& opt
   }
   out.recommendations = recommend(out);
   return out;
+}
+
+bool is_merged(const Report& r) {
+  return std::any_of(r.run.notes.begin(), r.run.notes.end(),
+                     [](const std::string& n) { return n.rfind(kMergedNote, 0) == 0; });
 }
 
 }  // namespace ampscope::reports

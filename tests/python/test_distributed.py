@@ -12,9 +12,12 @@ torch.manual_seed(0)
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Sequential(
     torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1)))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for _ in range(3):
+for step in range(3):
+    x = torch.randn(4, 8)
+    if step == 2 and dist.get_rank() == 1:
+        x[0, 0] = float("nan")  # rank 1's data goes bad at the last step
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        loss = model(torch.randn(4, 8)).float().pow(2).mean()
+        loss = model(x).float().pow(2).mean()
     loss.backward()
     opt.step()
     opt.zero_grad()
@@ -48,6 +51,14 @@ def test_two_ranks_write_rank_reports_and_merge(torchrun, cli, tmp_path):
 
     for layer in ("module.0", "module.2"):
         assert calls(merged, layer, "aten::linear") == sum(calls(r, layer, "aten::linear") for r in reports) == 6
+    # rank 1's report speaks for rank 1: its event is its own, and its page does not claim the
+    # other rank was clean
+    e = reports[1]["first_nonfinite"]
+    assert (e["rank"], e["step"], e["layer"]) == (1, 2, "<outside>")
+    html = (out / "report.rank1.html").read_text()
+    assert "This is the report of rank 1 of 2: it saw a non-finite value" in html
+    assert "rank(s) saw no non-finite value" not in html
+    assert 1 in [x["rank"] for x in merged["first_nonfinite_by_rank"]]
 
 
 FSDP2 = """

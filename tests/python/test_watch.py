@@ -98,6 +98,22 @@ def test_forward_origin_on_an_unsampled_step_is_the_per_op_one():
     assert watched["recommendations"][0]["layer"] == "inner.fc"
 
 
+@pytest.mark.parametrize("every", [1, 4])
+def test_stop_on_nonfinite_stops_at_an_unsampled_steps_forward_origin(every):
+    # The replay names the origin inside the watched module's hook: the stop must reach the
+    # training loop then (it used to be swallowed with the replay's own errors), at the same
+    # step as a run that records every step.
+    seen = []
+
+    def plant(model, step):
+        seen.append(step)
+        overflow_at_plant(model, step)
+
+    with pytest.raises(ampscope.NonFiniteStop):
+        train(fresh_model(), dict(every=every, stop_on_nonfinite=True), plant)
+    assert seen[-1] == PLANT
+
+
 def test_a_replay_changes_nothing_the_run_computes():
     """Parameters, BatchNorm's running stats and the RNG state after training with a replay
     (dropout inside the replayed module) equal those of the unprofiled run, bit for bit."""
@@ -346,3 +362,36 @@ def test_a_gradscaler_run_watched_keeps_every_update():
     assert per_op["nonfinite_caught_by_scaler"]["first"]["step"] == 3
     for a, b, c in zip(plain, p1, p4):  # the profiler changes nothing
         assert torch.equal(a, b) and torch.equal(a, c)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "resnet18"])
+def test_nonfinite_data_on_an_unsampled_step_is_named_outside_as_a_recorded_step_does(kind):
+    # A NaN pixel or feature in the batch of step 3 (unsampled with every=4): no module made it,
+    # so the verdict is the data's (`<outside>`, fix_model / nonfinite_input), as with every=1,
+    # not a model bug in the first module it enters.
+    def run(every):
+        torch.manual_seed(0)
+        if kind == "mlp":
+            model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
+            batches = [torch.randn(4, 8) for _ in range(STEPS)]
+        else:
+            torchvision = pytest.importorskip("torchvision")
+            model = torchvision.models.resnet18(num_classes=4)
+            batches = [torch.randn(2, 3, 32, 32) for _ in range(STEPS)]
+        batches[PLANT].view(-1)[5] = float("nan")  # the data loader's doing
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        with ampscope.profile(out=None, every=every) as prof:
+            for x in batches:
+                with torch.autocast("cpu", dtype=torch.bfloat16):
+                    out = model(x)
+                out.float().sum().backward()
+                opt.step()
+                opt.zero_grad()
+        return prof.report
+
+    for every in (1, 4):
+        report = run(every)
+        e = report["first_nonfinite"]
+        assert (e["step"], e["layer"], e["inputs_finite"], e["kind"]) == (PLANT, "<outside>", False, "nan")
+        assert [(r["layer"], r["action"], r["reasons"]) for r in report["recommendations"]
+                if r["severity"] == "critical"] == [("<outside>", "fix_model", ["nonfinite_input"])]

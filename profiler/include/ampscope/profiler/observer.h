@@ -217,9 +217,16 @@ class Observer {
   /// A watched step saw NaN/Inf that no op can be named for (`what`: e.g. the module output a
   /// replay did not reproduce, or a parameter the optimizer wrote): recorded as the origin in
   /// `layer` at `step` (-1: the current one; phase `phase`, computed in `dtype`) unless one is
-  /// known, and the per-op sentinel is armed from the current step on.
+  /// known, and the per-op sentinel is armed from the current step on. `inputs_finite` false:
+  /// the values came in from outside (the model's inputs, e.g. the data).
   static void note_unattributed(LayerId layer, const std::string& what, Phase phase,
-                                std::int8_t dtype, bool nan, std::int64_t step = -1);
+                                std::int8_t dtype, bool nan, std::int64_t step = -1,
+                                bool inputs_finite = true);
+  /// The outermost module's inputs (`tensors`) ended its call holding NaN/Inf: when the run's
+  /// first harmful origin is an op of this step handed non-finite inputs of unknown source,
+  /// they were the model's inputs (the data): it becomes `<outside>`, op `what`. Returns true
+  /// when it did.
+  static bool blame_model_inputs(const std::vector<at::Tensor>& tensors, const std::string& what);
   /// Merged copy of everything recorded so far.
   static ObserverSnapshot snapshot();
   /// Name of an interned op id.

@@ -27,4 +27,10 @@ std::string run_mismatch(const Report& a, const Report& b);
 /// different runs (unless options.force).
 Report merge_reports(const std::vector<Report>& reports, const MergeOptions& options = {});
 
+/// The note a merged report opens with ("merged from N rank reports").
+inline constexpr const char* kMergedNote = "merged from ";
+/// True for a report merge_reports made (it speaks for every rank; a rank's own report for
+/// itself only).
+bool is_merged(const Report& r);
+
 }  // namespace ampscope::reports
