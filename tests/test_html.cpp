@@ -400,7 +400,7 @@ TEST(HtmlSections, VerdictSaysPrecisionProblemOrModelBug) {
   EXPECT_NE(html.find("Precision problem"), std::string::npos);
   r.first_nonfinite->fp32_also_nonfinite = true;
   html = render_html(r);
-  EXPECT_NE(html.find("Model bug"), std::string::npos);
+  EXPECT_NE(html.find("Fix the model.</b> Re-run in float32 on the same inputs"), std::string::npos);
   EXPECT_EQ(html.find("Precision problem"), std::string::npos);
   Report clean = base_report();
   html = render_html(clean);
