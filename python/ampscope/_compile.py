@@ -9,6 +9,7 @@ node's op (e.g. aten::addmm) in the layer named by the node's nn_module_stack (f
 fwd_nn_module_stack AOTAutograd copies onto backward nodes, through the same path as eager ops.
 """
 import hashlib
+import math
 import operator
 import re
 
@@ -36,8 +37,9 @@ def _op_name(node):
 
 def layer_name(path):
     """The qualified module name in a dynamo nn_module_stack path: "L['self'].h[0].attn" ->
-    "h.0.attn" (the compiled module itself is "")."""
-    path = re.sub(r"^[LG]\['[^']*'\]", "", path)
+    "h.0.attn" (the compiled module itself is ""; a forward wrapped by a `*args` decorator, as
+    transformers 5 does, names it "L['args'][0]")."""
+    path = re.sub(r"^[LG]\['args'\]\[0\]|^[LG]\['[^']*'\]", "", path)
     path = re.sub(r"getattr\((.*?), '([^']*)'\)", r"\1.\2", path)
     path = re.sub(r"\[(\d+)\]|\['([^']*)'\]", lambda m: "." + (m.group(1) or m.group(2)), path)
     path = path.replace("._modules.", ".")
@@ -105,16 +107,37 @@ def _kind(node):
 
 
 def _leaves_module(node, layer, layers):
-    """True when some user of the node runs outside the node's module (or is the output)."""
+    """True when the node's value is its module's output: some user runs in an enclosing
+    module (a prefix of the node's layer; the model's own forward, whose nodes carry no module
+    stack, is the root) or is the graph's output. A user in a sibling module does not count:
+    it is a value the graph shares across modules (a causal mask made once, in the first
+    layer's scope, and read by every layer), which eager code hands down from the parent."""
+    if not layer:
+        return any(user.op == "output" for user in node.users)
     for user in node.users:
         if user.op == "output":
             return True
-        other = layers.get(user)
-        if other is None:
-            continue
-        if layer and other != layer and not other.startswith(layer + "."):
+        other = layers.get(user, "")
+        if other != layer and (not other or layer.startswith(other + ".")):
             return True
     return False
+
+
+_FILL_OPS = {"aten::full", "aten::scalar_tensor", "aten::full_like", "aten::new_full"}
+
+
+def _nonfinite_constant(node):
+    """True for a node that writes a NaN/inf literal (where(mask, 0, -inf), full(-inf)): a mask
+    the model or a decomposed attention builds, which eager sees as its op's constant. Such a
+    value also leaves as a tensor saved for backward, which is no module output."""
+    def nonfinite(a):
+        return isinstance(a, float) and not math.isfinite(a)
+
+    def constant(a):  # full([], -inf), scalar_tensor(-inf): the literal as a node
+        return (isinstance(a, torch.fx.Node) and a.op == "call_function"
+                and _op_name(a) in _FILL_OPS and any(nonfinite(x) for x in a.args))
+
+    return any(nonfinite(a) or constant(a) for a in (*node.args, *node.kwargs.values()))
 
 
 def _autocast_state():
@@ -160,7 +183,8 @@ class ObservePass(torch._inductor.custom_graph_pass.CustomGraphPass):
             if _value(node) is None:
                 continue
             kind = _kind(node)
-            out = not backward and _leaves_module(node, layer, layers)
+            out = not backward and not _nonfinite_constant(node) and \
+                _leaves_module(node, layer, layers)
             if kind or out:
                 points[node] = out
         return points
