@@ -278,6 +278,17 @@ TEST(GradUnderflow, AScalerAlreadyAtTheLargestSafeScaleIsInformationOnly) {
   EXPECT_DOUBLE_EQ(recs[0].evidence["gradients"]["suggested_scale"].get<double>(), 65536.0 * 1024);
 }
 
+TEST(GradUnderflow, SubnormalsAloneInWiderGradientsAreMedium) {
+  OpRecord g = op("AddmmBackward0", ampscope::Phase::kBackward, "float32");
+  g.stats = fp32_grads(950, 50, -20);  // 5% float16 subnormals, none becomes 0
+  auto recs = recommend(run("float16", {layer("head", {g})}));
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].action, Action::kLossScaling);
+  EXPECT_EQ(recs[0].severity, Severity::kMedium);
+  EXPECT_EQ(recs[0].evidence["gradients"]["underflow"], 0);
+  EXPECT_EQ(recs[0].evidence["gradients"]["subnormal"], 50);
+}
+
 TEST(GradUnderflow, BelowThresholdOrBFloat16RunIsNothing) {
   OpRecord g = op("AddmmBackward0", ampscope::Phase::kBackward, "float32");
   g.stats = fp32_grads(995, 5, -27);  // 0.5%

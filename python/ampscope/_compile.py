@@ -294,6 +294,6 @@ class CompileObserver:
                     f"graphs ({where}; matmuls, reductions, narrowing casts, module outputs; op "
                     "names are the graph's aten ops). Observed values are materialised, so an "
                     "observed compiled run can round differently from an unobserved one "
-                    "(measured on tests/python/test_compile.py's stack: identical outputs over 3 "
-                    "bfloat16 training steps; see README, Compiled models)")
+                    "(identical on tests/python/test_compile.py's stack; HF GPT-2 bfloat16: "
+                    "step-0 loss 4.865361 vs 4.865324; see README, Compiled models)")
         return notes

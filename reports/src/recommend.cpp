@@ -258,7 +258,16 @@ void grad_underflow_rule(const Report& r, Findings& out) {
   // underflows is beyond the format's range (stock float16 BERT under a GradScaler: 0.07% of
   // the gradient's norm). Information, not a task.
   const bool scaler_at_best = !r.loss_scale.empty() && k == 0;
-  f.severity = scaler_at_best ? Severity::kLow : Severity::kHigh;
+  // Gradients in a wider dtype are counted exactly: when none would become 0, the share is
+  // subnormal values alone, which keep fewer bits (an audit's float32 oracle: no measurable
+  // change in the gradient from scaling them). Gradients stored in the format have lost theirs
+  // to 0 already, where the subnormal mass stands for them.
+  const bool only_subnormal =
+      total.stored_values == 0 &&
+      static_cast<double>(total.underflow) < kGradUnderflowShare * static_cast<double>(total.nonzero);
+  f.severity = scaler_at_best   ? Severity::kLow
+               : only_subnormal ? Severity::kMedium
+                                : Severity::kHigh;
   f.reasons = {"grad_underflow_" + name};
   add_evidence(f.evidence, ev);
   out.push_back(std::move(f));
