@@ -88,9 +88,6 @@ CastLossCounts counts_of(const Stats& s, Format f, std::int64_t step) {
   c.lost_sq = lost_sq_bound(s, f, c.underflow);
   if (c.underflow + c.overflow > 0) c.first_step = step;
   c.open_step = step;  // the worst step is decided over the whole step (add_call, close_step)
-  c.open_lost_sq = c.lost_sq;
-  c.open_source_sq = c.source_sq;
-  c.open_underflow = c.underflow;
   return c;
 }
 
@@ -192,7 +189,7 @@ std::vector<std::string> arg_names(const at::RecordFunction& fn, std::uint32_t o
 }
 
 /// Adds `c` to the entry `key`, merged with the record of the same argument and target.
-void file_cast_loss(const OpKey& key, CastLossCounts c) {
+void file_cast_loss(const OpKey& key, const CastLossCounts& c) {
   auto& s = store();
   std::lock_guard<std::mutex> lock(s.mu);
   auto& entry = current_locked(s).entries[key];
@@ -204,7 +201,10 @@ void file_cast_loss(const OpKey& key, CastLossCounts c) {
       return;
     }
   }
-  entry.casts.push_back(std::move(c));
+  CastLossCounts& fresh = entry.casts.emplace_back(c);  // its keys, and no tally yet
+  static_cast<CastLossTally&>(fresh) = CastLossTally{};
+  fresh.open_step = -1;
+  fresh.add_call(c);
 }
 
 /// Pending casts of call `tag` filed under `key`; every other pending record is stale (its call
@@ -315,9 +315,9 @@ void CastLossCounts::add_call(const CastLossCounts& call) {
     close_step();
     open_step = call.open_step;
   }
-  open_lost_sq += call.open_lost_sq;
-  open_source_sq += call.open_source_sq;
-  open_underflow += call.open_underflow;
+  open_lost_sq += call.lost_sq;
+  open_source_sq += call.source_sq;
+  open_underflow += call.underflow;
   CastLossTally::add(call);  // a call's own worst_step is -1: the step decides
 }
 

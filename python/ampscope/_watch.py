@@ -52,10 +52,14 @@ def check_output(local, module, args, kwargs, output, frame, stack):
             parent.child_trip = True  # made before this module: the enclosing one's own ops
         else:  # handed to the outermost module: made outside every module (the data)
             ops.note_unattributed("", "", model_inputs_text(frame.info.type), "forward", None,
-                                  any(bool(torch.isnan(t).any()) for t in inputs
-                                      if t.is_floating_point()), -1, False)
+                                  any_nan(inputs), -1, False)
         return
     replay(local, module, args, kwargs, frame, leaves)
+
+
+def any_nan(tensors):
+    """True when a floating tensor among them holds a NaN (the kind of a non-finite record)."""
+    return any(bool(torch.isnan(t).any()) for t in tensors if t.is_floating_point())
 
 
 def model_inputs_text(module_type):
@@ -91,7 +95,7 @@ def replay_copy(value, memo=None, depth=0):
         out = copy.copy(value)  # keeps the dict's own type (ModelOutput, OrderedDict)
         for k, v in value.items():
             out[k] = replay_copy(v, memo, depth + 1)
-    elif hasattr(value, "__dict__"):
+    elif state_object(value):
         out = copy.copy(value)
         memo[id(value)] = out
         for k, v in vars(value).items():
@@ -102,13 +106,17 @@ def replay_copy(value, memo=None, depth=0):
     return out
 
 
+def state_object(value):
+    """A plain object with attributes a forward may update (a key/value cache): not a tensor,
+    container, module, class or callable."""
+    return (hasattr(value, "__dict__") and not callable(value)
+            and not isinstance(value, (torch.Tensor, torch.nn.Module, type, list, tuple, dict)))
+
+
 def without_state_objects(args, kwargs):
-    """The arguments with plain objects (not tensors, containers, modules or callables: a
-    key/value cache) replaced by None; None when there are none."""
+    """The arguments with state objects replaced by None; None when there are none."""
     def strip(v):
-        state = (hasattr(v, "__dict__") and not isinstance(v, (torch.Tensor, torch.nn.Module, type))
-                 and not callable(v))
-        return None if state else v
+        return None if state_object(v) else v
     new_args, new_kwargs = [strip(a) for a in args], {k: strip(v) for k, v in kwargs.items()}
     same = all(a is b for a, b in zip(new_args, args)) and all(
         new_kwargs[k] is v for k, v in kwargs.items())
@@ -168,4 +176,4 @@ def replay(local, module, args, kwargs, frame, leaves):
     if not ops.nonfinite_seen():
         why = f"the replay failed: {type(failed).__name__}" if failed else "not reproduced by a replay"
         ops.note_unattributed(frame.info.name, frame.info.type, f"{frame.info.type} output ({why})",
-                              "forward", None, any(bool(torch.isnan(t).any()) for t in leaves), -1)
+                              "forward", None, any_nan(leaves), -1)

@@ -69,13 +69,6 @@ const Recommendation* rec_for(const Report& r, const std::string& layer) {
   return nullptr;
 }
 
-bool has_reason_prefix(const Report& r, const std::string& prefix) {
-  for (const Recommendation& rec : r.recommendations)
-    for (const std::string& code : rec.reasons)
-      if (code.rfind(prefix, 0) == 0) return true;
-  return false;
-}
-
 }  // namespace
 
 void summary_section(const Report& r, std::string& out) {
@@ -116,7 +109,7 @@ std::string diagnosis(const Report& r, const NonFiniteEvent& e) {
     return "<b>Model bug, not a precision problem.</b> The op was given a NaN/inf constant (e.g. "
            "masked_fill with -inf over a fully masked row) and its values reached the model's "
            "outputs: fix the model, pinning will not help.";
-  if (has_reason_prefix(r, "nonfinite_origin_unobserved"))
+  if (has_reason(r, "nonfinite_origin_unobserved"))
     return "<b>Origin not observed.</b> The first NaN/Inf was seen here, but what made it was "
            "not recorded (an unsampled step, or ops and layers the run's filters left out): "
            "re-run with every op recorded at that step (<code>every=1</code>, or "
@@ -124,7 +117,7 @@ std::string diagnosis(const Report& r, const NonFiniteEvent& e) {
   if (!e.inputs_finite)
     return "<b>Non-finite input.</b> The op was handed NaN/Inf whose origin was not seen (the "
            "data, or a tensor made outside the profiled region): fix the input.";
-  if (e.phase == Phase::kBackward && has_reason_prefix(r, "backward_of_forward_nonfinite"))
+  if (e.phase == Phase::kBackward && has_reason(r, "backward_of_forward_nonfinite"))
     return "<b>Precision problem in forward.</b> This layer's forward made NaN/Inf from finite "
            "inputs in " + esc(low) + " (consumed there, e.g. tanh(inf)), and its backward "
            "formula met them again: pin the layer to float32; a smaller loss scale will not help.";
@@ -134,7 +127,7 @@ std::string diagnosis(const Report& r, const NonFiniteEvent& e) {
            "so pinning will not help. The inputs may themselves be a low-precision result (a "
            "float16 softmax probability rounded to 0 before a log): compute it robustly "
            "(log_softmax / cross_entropy instead of log(softmax), a clamp or an eps).";
-  if (e.phase == Phase::kBackward && has_reason_prefix(r, "grad_overflow_"))
+  if (e.phase == Phase::kBackward && has_reason(r, "grad_overflow_"))
     return "<b>Gradient overflow.</b> A backward node overflowed " + esc(low) +
            ": the loss scale is too large (or missing a GradScaler); pinning would only move it.";
   std::string s = "<b>Precision problem.</b> ";

@@ -428,6 +428,13 @@ const std::vector<Rule>& rules() {
   return all;
 }
 
+bool has_reason(const Report& r, const std::string& prefix) {
+  for (const Recommendation& rec : r.recommendations)
+    for (const std::string& code : rec.reasons)
+      if (code.rfind(prefix, 0) == 0) return true;
+  return false;
+}
+
 std::string key_evidence(const Recommendation& rec) {
   std::vector<std::string> lines;
   for (const Rule& rule : rules()) rule.one_line(rec.evidence, lines);

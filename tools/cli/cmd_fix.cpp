@@ -3,6 +3,7 @@
 // does without; every candidate map is a real run (fix_search.h).
 #include <ampscope/reports/files.h>
 #include <ampscope/reports/precision_map.h>
+#include <ampscope/reports/recommend.h>
 #include <ampscope/reports/report_json.h>
 #include <fmt/core.h>
 #include <signal.h>
@@ -140,15 +141,6 @@ PassResult run_and_read(const PassOptions& o, fix::RunRecord& rec) {
   }
 }
 
-/// True when the run's NaN/Inf came from an unrecorded step the watch could not take apart
-/// (a gradient gone non-finite in backward): a run recording every step names its maker.
-bool origin_unobserved(const reports::Report& r) {
-  for (const auto& rec : r.recommendations)
-    for (const auto& reason : rec.reasons)
-      if (reason == "nonfinite_origin_unobserved") return true;
-  return false;
-}
-
 fix::RunRecord run_once(const FixContext& c, const fix::RunRequest& req, int every,
                         const std::string& dir_suffix) {
   fix::RunRecord rec;
@@ -179,7 +171,10 @@ fix::RunRecord run_once(const FixContext& c, const fix::RunRequest& req, int eve
 /// came from a step the watch could not take apart (that run is the one the search sees).
 fix::RunRecord run_one(const FixContext& c, const fix::RunRequest& req) {
   fix::RunRecord rec = run_once(c, req, c.every, "");
-  if (c.every == 1 || g_fix_signal || !origin_unobserved(rec.report)) return rec;
+  // its NaN/Inf came from an unrecorded step the watch could not take apart (a gradient gone
+  // non-finite in backward): a run recording every step names its maker
+  if (c.every == 1 || g_fix_signal || !reports::has_reason(rec.report, "nonfinite_origin_unobserved"))
+    return rec;
   fmt::print(stderr,
              "ampscope fix: run {:>2}  its NaN/Inf came from a step --every {} did not record: "
              "once more, recording every step\n",

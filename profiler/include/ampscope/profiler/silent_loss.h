@@ -24,15 +24,16 @@ struct CastLossCounts : CastLossTally {
   std::int8_t source_dtype = -1;  ///< c10::ScalarType of the source
   std::int8_t target_dtype = -1;  ///< ... and of the cast's result
 
-  /// The step being tallied and its running sums. `worst_rel_l2` is a step's share of the norm
-  /// lost over every cast of this argument in it: a model that loops over frames casts one
-  /// argument many times a step, and one frame of tiny values is not the step's input.
+  /// The step being tallied (one call's: its step) and the run's record's sums over it.
+  /// `worst_rel_l2` is a step's share of the norm lost over every cast of this argument in it:
+  /// a model that loops over frames casts one argument many times a step, and one frame of
+  /// tiny values is not the step's input.
   std::int64_t open_step = -1;
   double open_lost_sq = 0.0;
   double open_source_sq = 0.0;
   std::int64_t open_underflow = 0;
 
-  /// Adds the counts of one call (its own open_* sums: one cast of `open_step`).
+  /// Adds the tally of one call, a cast of step `call.open_step`.
   void add_call(const CastLossCounts& call);
   /// Folds the open step into worst_rel_l2 / worst_step.
   void close_step();

@@ -55,5 +55,8 @@ std::vector<Recommendation> recommend(const Report& report);
 /// The key evidence of a recommendation in one line: each rule's line for its part, "; "-joined
 /// (the summary's, the HTML's and `ampscope fix`'s).
 std::string key_evidence(const Recommendation& rec);
+/// True when a recommendation of the report has a reason code starting with `prefix`
+/// ("grad_overflow_" for every format, or a whole code).
+bool has_reason(const Report& r, const std::string& prefix);
 
 }  // namespace ampscope::reports
