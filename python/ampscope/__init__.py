@@ -167,7 +167,8 @@ class profile:
         self._pid = None
         self._tracker = Tracker(stop=NonFiniteStop if self.stop_on_nonfinite else None)
         self._tracker.root_callbacks.append(self._apply_pins)
-        self._compile = CompileObserver(lambda: self._tracker.compiled_prefix)
+        self._compile = CompileObserver(lambda: self._tracker.compiled_prefix,
+                                        self._tracker.name_of, self._tracker.same_type)
 
     def _apply_pins(self, root, names):
         from ._pin import apply_to_names

@@ -16,6 +16,8 @@ import re
 import torch
 
 from . import _core
+from . import _compile_scope
+from ._compile_scope import Scopes, root_source
 
 _MATMUL = {"mm", "addmm", "bmm", "baddbmm", "convolution", "_scaled_dot_product_flash_attention_for_cpu",
            "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention",
@@ -50,11 +52,22 @@ def layer_name(path):
 
 
 def _layer(node, backward):
+    """(module path as dynamo wrote it, layer type) of the node's innermost module."""
     stack = node.meta.get("fwd_nn_module_stack" if backward else "nn_module_stack")
     if not stack:
         return None
     path, cls = list(stack.values())[-1]
-    return layer_name(path), getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1].strip("'>"))
+    return path, getattr(cls, "__name__", str(cls).rsplit(".", 1)[-1].strip("'>"))
+
+
+def qualified(path, scopes, prefix):
+    """The layer a node's module path names: under the module its root source resolved to
+    (see _compile_scope), else under the compiled module's name (`prefix`)."""
+    root = root_source(path)
+    scope = scopes.get(root) if root is not None else None
+    if scope is not None:
+        return ".".join(p for p in (scope, layer_name(path[len(root):])) if p)
+    return ".".join(p for p in (prefix, layer_name(path)) if p)
 
 
 def _value(node):
@@ -146,39 +159,46 @@ def _autocast_state():
 
 
 class ObservePass(torch._inductor.custom_graph_pass.CustomGraphPass):
-    """The post-grad pass inserting observation points (cacheable: uuid = this file's hash)."""
+    """The post-grad pass inserting observation points (cacheable: uuid = its code's hash)."""
 
-    def __init__(self, prefix=lambda: "", chained=None):
+    def __init__(self, prefix=lambda: "", chained=None, scopes=None):
         self.prefix = prefix      # -> name of the compiled module as the tracker knows it
         self.chained = chained    # a user's own post-grad pass, run first
+        self.scopes = scopes      # a _compile_scope.Scopes: the modules the frame's paths start at
         self.graphs = 0
         self.points = 0
         self.keyed = 0    # cache keys asked for: graphs compiled or loaded from inductor's cache
 
     def uuid(self):
         self.keyed += 1
-        with open(__file__, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
+        digest = hashlib.sha256()
+        for path in (__file__, _compile_scope.__file__):  # the code that writes the points
+            with open(path, "rb") as f:
+                digest.update(f.read())
+        digest = digest.hexdigest()
         # the layer prefix and the ambient autocast state are state the graph depends on. With
         # torch 2.11 a cached graph traced under bfloat16 autocast was reused under float16
-        # (the cache key misses the ambient autocast dtype), so it is part of this key.
-        return f"{digest}:{self.prefix()}:{_autocast_state()}"
+        # (the cache key misses the ambient autocast dtype), so it is part of this key. The
+        # modules the frame's locals hold name the layers, so they are part of it too.
+        frame = self.scopes.frame_key() if self.scopes is not None else ""
+        return f"{digest}:{self.prefix()}:{_autocast_state()}:{frame}"
 
     def __call__(self, graph):
         if self.chained is not None:
             self.chained(graph)
         backward = any(n.op == "placeholder" and n.name.startswith("tangents") for n in graph.nodes)
-        points = self._select(graph, backward)
-        self._insert(graph, points, backward)
+        scopes = self.scopes.current() if self.scopes is not None else {}
+        points = self._select(graph, backward, scopes)
+        self._insert(graph, points, backward, scopes)
         self.graphs += 1
         self.points += len(points)
 
-    def _select(self, graph, backward):
+    def _select(self, graph, backward, scopes):
         layers, points = {}, {}
         for node in graph.nodes:
             named = _layer(node, backward) if node.op == "call_function" else None
             if named is not None:
-                layers[node] = named[0]
+                layers[node] = qualified(named[0], scopes, "")
         for node, layer in layers.items():
             if _value(node) is None:
                 continue
@@ -204,11 +224,12 @@ class ObservePass(torch._inductor.custom_graph_pass.CustomGraphPass):
                 todo.extend(arg.all_input_nodes)
         return deps
 
-    def _insert(self, graph, points, backward):
+    def _insert(self, graph, points, backward, scopes):
         observe = torch.ops.ampscope.observe.default
+        prefix = self.prefix()
         for node, module_output in points.items():
-            layer, layer_type = _layer(node, backward)
-            full = ".".join(p for p in (self.prefix(), layer) if p)
+            path, layer_type = _layer(node, backward)
+            full = qualified(path, scopes, prefix)
             op = _op_name(node) or "aten::var_mean"
             val = _value(node)
             written = _written_dtype(node) if _kind(node) == "matmul" else None
@@ -250,8 +271,9 @@ def _remove_callbacks(callbacks):
 class CompileObserver:
     """Installs the pass while a profile is active; restores the previous config after."""
 
-    def __init__(self, prefix=lambda: ""):
+    def __init__(self, prefix=lambda: "", name_of=lambda m: None, same_type=lambda m: []):
         self.prefix = prefix
+        self.scopes = Scopes(name_of, same_type)
         self.pass_ = None
         self._previous = None
 
@@ -262,7 +284,7 @@ class CompileObserver:
         torch.fx.node.has_side_effect(torch.ops.ampscope.observe.default)
         config = torch._inductor.config
         self._previous = config.post_grad_custom_post_pass
-        self.pass_ = ObservePass(self.prefix, chained=self._previous)
+        self.pass_ = ObservePass(self.prefix, chained=self._previous, scopes=self.scopes)
         config.post_grad_custom_post_pass = self.pass_
         self._callbacks = _quiet_while_compiling()
 
@@ -274,12 +296,20 @@ class CompileObserver:
         _remove_callbacks(self._callbacks)
         self._callbacks = None
 
+    @staticmethod
+    def _shared_note(type_name, names):
+        shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+        return (f"graphs compiled after a graph break inside {type_name}'s forward serve every "
+                f"{type_name} alike ({shown}): the layers inside them are named "
+                "relative to the module (e.g. 'wo', not 'layers.0.wo'), which a precision map "
+                "cannot pin. Run the fix loop on the eager model, or remove the graph break")
+
     def notes(self, compiled_names):
         """run.notes lines for the compiled modules seen."""
         graphs = self.pass_.graphs if self.pass_ is not None else 0
         points = self.pass_.points if self.pass_ is not None else 0
         keyed = self.pass_.keyed if self.pass_ is not None else 0
-        notes = []
+        notes = [self._shared_note(*entry) for entry in self.scopes.shared]
         for name in compiled_names:
             if graphs == 0 and keyed == 0:
                 notes.append(f"{name} runs through torch.compile, but no graph was compiled by "

@@ -126,6 +126,14 @@ class Tracker:
             seen.add(id(parent))
             module = parent
 
+    def name_of(self, module):
+        """The qualified name of a module of a registered model, or None."""
+        return self._names.get(module)
+
+    def same_type(self, module):
+        """The other modules of registered models whose type is module's."""
+        return [m for m in list(self._names.keys()) if type(m) is type(module) and m is not module]
+
     def _unique(self, base):
         name, n = base, 2
         while name in self._prefixes:

@@ -300,3 +300,125 @@ def test_an_overflow_the_roots_own_code_consumes_is_found_at_its_step():
         e = prof.report["first_nonfinite"]
         steps[compiled] = (e["step"], e["layer"])
     assert steps[False] == steps[True] == (1, "up")
+
+
+class BreakingFFN(torch.nn.Module):
+    """A module whose forward breaks dynamo's graph: the rest of it, and the modules after it,
+    are compiled as frames of their own, with module paths relative to them."""
+
+    def __init__(self):
+        super().__init__()
+        self.wi, self.wo = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+    def forward(self, x):
+        h = torch.relu(self.wi(x))
+        torch._dynamo.graph_break()
+        return self.wo(h)
+
+
+class Decoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.inp, self.ffn = torch.nn.Linear(16, 16), BreakingFFN()
+
+    def forward(self, x):
+        return self.ffn(self.inp(x))
+
+
+class EncDec(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.enc, self.dec, self.head = torch.nn.Linear(16, 16), Decoder(), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.dec(self.enc(x)))
+
+
+def _planted_run(model, compiled, steps=3, plant_at=1):
+    """float16 autocast; from step `plant_at` dec.ffn.wo's output overflows."""
+    torch._dynamo.reset()
+    fn = torch.compile(model) if compiled else model
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
+    with ampscope.profile(out=None) as prof:
+        for step in range(steps):
+            if step == plant_at:
+                with torch.no_grad():
+                    model.dec.ffn.wo.weight.mul_(1e6)
+            with torch.autocast("cpu", torch.float16):
+                y = fn(x)
+            y.float().sum().backward()
+            opt.step()
+            opt.zero_grad()
+    return prof.report
+
+
+def test_a_graph_break_inside_a_submodule_keeps_the_full_layer_names():
+    # The frames compiled after the break are Decoder.forward, BreakingFFN.forward, its resume
+    # function, and EncDec's resume holding head as a stack value: their paths are relative to
+    # dec, dec.ffn and head. They were named 'inp', 'wi', 'wo' and '' (a map pinned nothing).
+    torch.manual_seed(0)
+    base = EncDec()
+    known = {name for name, _ in base.named_modules()}
+    eager = _planted_run(copy.deepcopy(base), compiled=False)
+    compiled = _planted_run(copy.deepcopy(base), compiled=True)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] > 1  # the break happened
+    names = {layer["name"] for layer in compiled["layers"]}
+    assert names - {"<outside>"} <= known, sorted(names - known)
+    graph_ops = {layer["name"] for layer in compiled["layers"]
+                 if any(op["op"] == "aten::addmm" for op in layer["ops"])}
+    assert {"enc", "dec.inp", "dec.ffn.wi", "dec.ffn.wo", "head"} <= graph_ops
+    e, c = eager["first_nonfinite"], compiled["first_nonfinite"]
+    assert (c["layer"], c["step"], c["phase"]) == (e["layer"], e["step"], e["phase"]) == \
+        ("dec.ffn.wo", 1, "forward")
+    pins = [r["layer"] for r in compiled["recommendations"] if r["action"] == "pin_fp32"]
+    assert pins == ["dec.ffn.wo"]
+
+
+class BreakingStack(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([BreakingFFN(), BreakingFFN()])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def test_a_graph_one_frame_serves_for_several_modules_is_named_relative_and_said_so():
+    # dynamo guards BreakingFFN's frame by type, not identity: the graph compiled for
+    # layers.0 runs for layers.1 too. A name baked into it would give layers.1's ops to
+    # layers.0, so they stay relative, and run.notes says which modules share it.
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = BreakingStack()
+    fn = torch.compile(model)
+    with ampscope.profile(out=None) as prof:
+        fn(torch.randn(4, 16)).sum().backward()
+    ops = {layer["name"] for layer in prof.report["layers"]
+           if any(op["op"] == "aten::addmm" for op in layer["ops"])}
+    assert {"wi", "wo"} <= ops and not ops & {"layers.0.wi", "layers.0.wo"}, sorted(ops)
+    notes = [n for n in prof.report["run"]["notes"] if "serve every BreakingFFN" in n]
+    assert len(notes) == 1 and "(layers.0, layers.1)" in notes[0], prof.report["run"]["notes"]
+
+
+def test_stock_t5_compiled_keeps_its_decoder_prefix():
+    # T5Stack.forward breaks the graph; encoder and decoder are both T5Stack, told apart by
+    # the is_decoder guard. The decoder's layers lost 'decoder.' (audit, 2026-12-07).
+    transformers = pytest.importorskip("transformers")
+    config = transformers.T5Config(vocab_size=64, d_model=32, d_kv=8, d_ff=64, num_layers=1,
+                                   num_heads=2, decoder_start_token_id=0)
+    torch.manual_seed(0)
+    model = transformers.T5ForConditionalGeneration(config)
+    known = {name for name, _ in model.named_modules()}
+    ids = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(2))
+    torch._dynamo.reset()
+    fn = torch.compile(model)
+    with ampscope.profile(out=None) as prof:
+        with torch.autocast("cpu", torch.bfloat16):
+            out = fn(input_ids=ids, labels=ids)
+        out.loss.backward()
+    names = {layer["name"] for layer in prof.report["layers"]}
+    assert names - {"<outside>"} <= known, sorted(names - known)
+    assert any(n.startswith("decoder.block.0.layer.1.EncDecAttention") for n in names)
