@@ -136,11 +136,9 @@ class Scopes:
         for the module-valued locals of the frame being compiled; a backward, compiled later
         without its frame, gets its forward's (the two share a compile id)."""
         cid = compile_id()
-        if cid in self._by_compile:
-            return self._by_compile[cid]
         frame = current_frame()
-        if frame is None:
-            return {}
+        if frame is None:  # torch._dynamo.reset() reuses ids: only a backward looks them up
+            return self._by_compile.get(cid, {})
         f_locals, guards = frame
         scopes = {}
         for local, value in f_locals.items():
