@@ -169,6 +169,11 @@ class ObservePass(torch._inductor.custom_graph_pass.CustomGraphPass):
         self.points = 0
         self.keyed = 0    # cache keys asked for: graphs compiled or loaded from inductor's cache
 
+    def __deepcopy__(self, memo):
+        # torch.compile copies inductor's config (deepcopy) when it is called: the pass is
+        # state shared with the profile (a tracker holding thread-locals), not a value
+        return self
+
     def uuid(self):
         self.keyed += 1
         digest = hashlib.sha256()

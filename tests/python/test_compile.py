@@ -422,3 +422,18 @@ def test_stock_t5_compiled_keeps_its_decoder_prefix():
     names = {layer["name"] for layer in prof.report["layers"]}
     assert names - {"<outside>"} <= known, sorted(names - known)
     assert any(n.startswith("decoder.block.0.layer.1.EncDecAttention") for n in names)
+
+
+def test_torch_compile_called_while_profiling():
+    # `python -m ampscope train.py` profiles from the start, so the script's torch.compile runs
+    # inside the profile: it deep-copies inductor's config, pass included. The pass held the
+    # tracker (thread-locals): "cannot pickle '_thread._local' object".
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = EncDec()
+    with ampscope.profile(out=None) as prof:
+        fn = torch.compile(model)
+        with torch.autocast("cpu", torch.bfloat16):
+            fn(torch.randn(4, 16)).float().sum().backward()
+    names = {layer["name"] for layer in prof.report["layers"]}
+    assert {"enc", "dec.inp", "dec.ffn.wi", "dec.ffn.wo", "head"} <= names
