@@ -902,8 +902,12 @@ NonFiniteRecord creation_record(const at::RecordFunction& fn, const Call& call, 
   if (!is_low_precision(key.compute_dtype)) {
     if (key.compute_dtype >= 0) rec.fp32_also_nonfinite = true;
   } else if (!call.info->inplace && rechecks_done(t, key) < kMaxRechecksPerEntry) {
-    rec.fp32_check = recheck_fp32(fn, call.inputs, fn.outputs());
-    if (rec.fp32_check) rec.fp32_also_nonfinite = rec.fp32_check->also_nonfinite;
+    if (const CompiledPoint* point = current_point()) {  // fused code: re-run its region
+      rec.fp32_also_nonfinite = rerun_region_fp32(point->region, call.inputs);
+    } else {
+      rec.fp32_check = recheck_fp32(fn, call.inputs, fn.outputs());
+      if (rec.fp32_check) rec.fp32_also_nonfinite = rec.fp32_check->also_nonfinite;
+    }
   }
   if (rec.fp32_also_nonfinite) ++(*rec.fp32_also_nonfinite ? agg.fp32_nonfinite : agg.fp32_finite);
   return rec;

@@ -1,6 +1,7 @@
 #include "recheck.h"
 
 #include <ATen/ATen.h>
+#include <ATen/ScalarOps.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/record_function.h>
@@ -8,7 +9,9 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <mutex>
+#include <string>
 
 #include "own_work.h"
 
@@ -189,6 +192,191 @@ std::optional<Fp32Check> recheck_fp32(const at::RecordFunction& fn,
     c.also_nonfinite = any_nonfinite(stack);
     compare(first_floating(outputs), first_floating(stack), c);
     return c;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+namespace {
+
+/// Reads one program (see rerun_region_fp32): arguments are built for their schema types.
+class RegionRunner {
+ public:
+  explicit RegionRunner(const std::vector<c10::IValue>& inputs) {
+    for (const auto& v : inputs) values_.push_back(upcast(v));
+  }
+
+  /// Runs every line; the value `out` names, or nullopt.
+  std::optional<c10::IValue> run(std::string_view program) {
+    while (!program.empty()) {
+      const auto end = program.find('\n');
+      const std::string_view line = program.substr(0, end);
+      program = end == std::string_view::npos ? std::string_view() : program.substr(end + 1);
+      std::vector<std::string_view> tokens = split(line, ' ');
+      if (tokens.empty()) return std::nullopt;
+      if (tokens[0] == "out") {
+        if (tokens.size() != 2 || tokens[1].empty() || tokens[1][0] != 't') return std::nullopt;
+        return ref(tokens[1].substr(1));
+      }
+      if (!call(tokens)) return std::nullopt;
+    }
+    return std::nullopt;
+  }
+
+ private:
+  static std::vector<std::string_view> split(std::string_view text, char sep) {
+    std::vector<std::string_view> out;
+    int depth = 0;
+    std::size_t start = 0;
+    for (std::size_t i = 0; i <= text.size(); ++i) {
+      if (i < text.size() && text[i] == '[') ++depth;
+      if (i < text.size() && text[i] == ']') --depth;
+      if (i == text.size() || (text[i] == sep && depth == 0)) {
+        if (i > start) out.push_back(text.substr(start, i - start));
+        start = i + 1;
+      }
+    }
+    return out;
+  }
+
+  static std::optional<std::int64_t> integer(std::string_view text) {
+    const std::string s(text);
+    char* end = nullptr;
+    const long long v = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || end != s.c_str() + s.size()) return std::nullopt;
+    return v;
+  }
+
+  /// "K" or "K.J": value K, or element J of it.
+  std::optional<c10::IValue> ref(std::string_view text) const {
+    const auto dot = text.find('.');
+    const auto k = integer(text.substr(0, dot));
+    if (!k || *k < 0 || *k >= static_cast<std::int64_t>(values_.size())) return std::nullopt;
+    const c10::IValue& v = values_[static_cast<std::size_t>(*k)];
+    if (dot == std::string_view::npos) return v;
+    const auto j = integer(text.substr(dot + 1));
+    if (!j || *j < 0) return std::nullopt;
+    if (v.isTuple()) {
+      const auto& items = v.toTupleRef().elements();
+      if (*j < static_cast<std::int64_t>(items.size())) return items[static_cast<std::size_t>(*j)];
+    } else if (v.isTensorList()) {
+      const auto list = v.toTensorList();
+      if (*j < static_cast<std::int64_t>(list.size())) return c10::IValue(list.get(*j));
+    }
+    return std::nullopt;
+  }
+
+  /// One argument for a schema type (optional types unwrapped). A number where a Tensor is
+  /// declared (mul.Tensor(x, 8) in a graph) is a wrapped number, as Python passes it.
+  std::optional<c10::IValue> arg(std::string_view tok, const c10::TypePtr& declared) const {
+    if (tok.empty()) return std::nullopt;
+    c10::TypePtr type = declared;
+    if (auto opt = type->cast<c10::OptionalType>()) {
+      if (tok == "n") return c10::IValue();
+      type = opt->getElementType();
+    }
+    auto v = value(tok, type);
+    if (v && (v->isInt() || v->isDouble() || v->isBool()) && type->kind() == c10::TypeKind::TensorType)
+      return c10::IValue(at::native::wrapped_scalar_tensor(v->toScalar()));
+    return v;
+  }
+
+  std::optional<c10::IValue> value(std::string_view tok, const c10::TypePtr& type) const {
+    const std::string_view body = tok.substr(1);
+    switch (tok[0]) {
+      case 't':
+        return ref(body);
+      case 'n':
+        return c10::IValue();
+      case 'b':
+        return c10::IValue(body == "1");
+      case 'i': {
+        auto v = integer(body);
+        if (!v) return std::nullopt;
+        return c10::IValue(*v);
+      }
+      case 'f': {
+        const std::string s(body);
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        if (s.empty() || end != s.c_str() + s.size()) return std::nullopt;
+        return c10::IValue(v);
+      }
+      case 'd': {  // a dtype: low precision is float32 in the re-run
+        auto v = integer(body);
+        if (!v) return std::nullopt;
+        auto t = static_cast<c10::ScalarType>(*v);
+        if (t == at::kHalf || t == at::kBFloat16 || c10::isFloat8Type(t)) t = at::kFloat;
+        return c10::IValue(static_cast<std::int64_t>(t));
+      }
+      case 'v':
+        return c10::IValue(c10::Device(std::string(body)));
+      case 's':
+        return c10::IValue(std::string(body));
+      case '[':
+        return list(tok, type);
+      default:
+        return std::nullopt;
+    }
+  }
+
+  std::optional<c10::IValue> list(std::string_view tok, const c10::TypePtr& type) const {
+    auto list_type = type->cast<c10::ListType>();
+    if (!list_type || tok.size() < 2 || tok.back() != ']') return std::nullopt;
+    const c10::TypePtr elem = list_type->getElementType();
+    c10::impl::GenericList out(elem);
+    for (std::string_view item : split(tok.substr(1, tok.size() - 2), ',')) {
+      auto v = arg(item, elem);
+      if (!v) return std::nullopt;
+      out.push_back(std::move(*v));
+    }
+    return c10::IValue(std::move(out));
+  }
+
+  bool call(const std::vector<std::string_view>& tokens) {
+    const std::string_view op = tokens[0];
+    const auto dot = op.rfind('.');
+    if (dot == std::string_view::npos) return false;
+    std::string overload(op.substr(dot + 1));
+    if (overload == "default") overload.clear();  // Python's name for the unnamed overload
+    auto handle = c10::Dispatcher::singleton().findOp(
+        c10::OperatorName(std::string(op.substr(0, dot)), std::move(overload)));
+    if (!handle) return false;
+    const auto& args = handle->schema().arguments();
+    if (args.size() != tokens.size() - 1) return false;
+    torch::jit::Stack stack;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+      auto v = arg(tokens[i + 1], args[i].type());
+      if (!v) return false;
+      stack.push_back(std::move(*v));
+    }
+    handle->callBoxed(&stack);
+    if (stack.size() == 1) {
+      values_.push_back(std::move(stack[0]));
+    } else {
+      values_.push_back(c10::ivalue::Tuple::create(std::move(stack)));
+    }
+    return true;
+  }
+
+  std::vector<c10::IValue> values_;
+};
+
+}  // namespace
+
+std::optional<bool> rerun_region_fp32(std::string_view program,
+                                      const std::vector<c10::IValue>& inputs) {
+  if (program.empty() || !all_readable(inputs)) return std::nullopt;
+  try {
+    OwnWork own;
+    at::NoGradGuard no_grad;
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    RngGuard rng(inputs);
+    RegionRunner runner(inputs);
+    auto out = runner.run(program);
+    if (!out || rng.consumed()) return std::nullopt;
+    if (out->isTuple()) return any_nonfinite(out->toTupleRef().elements().vec());
+    return any_nonfinite({*out});
   } catch (const std::exception&) {
     return std::nullopt;
   }

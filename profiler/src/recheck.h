@@ -7,6 +7,7 @@
 #include <ATen/core/ivalue.h>
 
 #include <optional>
+#include <string_view>
 #include <vector>
 
 namespace at {
@@ -22,5 +23,12 @@ namespace ampscope::detail {
 std::optional<Fp32Check> recheck_fp32(const at::RecordFunction& fn,
                                       const std::vector<c10::IValue>& inputs,
                                       const std::vector<c10::IValue>& outputs);
+
+/// Runs a compiled point's region (`program`: ATen calls, see python/ampscope/_compile_region.py)
+/// on copies of `inputs` (the point's deps) upcast to float32, with every low-precision dtype
+/// argument read as float32, under the same guards; true when its result holds NaN/Inf.
+/// nullopt when the program cannot be run (an op not found, an argument it cannot build).
+std::optional<bool> rerun_region_fp32(std::string_view program,
+                                      const std::vector<c10::IValue>& inputs);
 
 }  // namespace ampscope::detail

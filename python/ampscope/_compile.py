@@ -16,7 +16,8 @@ import re
 import torch
 
 from . import _core
-from . import _compile_scope
+from . import _compile_region, _compile_scope
+from ._compile_region import program
 from ._compile_scope import Scopes, root_source
 
 _MATMUL = {"mm", "addmm", "bmm", "baddbmm", "convolution", "_scaled_dot_product_flash_attention_for_cpu",
@@ -177,7 +178,7 @@ class ObservePass(torch._inductor.custom_graph_pass.CustomGraphPass):
     def uuid(self):
         self.keyed += 1
         digest = hashlib.sha256()
-        for path in (__file__, _compile_scope.__file__):  # the code that writes the points
+        for path in (__file__, _compile_scope.__file__, _compile_region.__file__):  # point writers
             with open(path, "rb") as f:
                 digest.update(f.read())
         digest = digest.hexdigest()
@@ -239,11 +240,15 @@ class ObservePass(torch._inductor.custom_graph_pass.CustomGraphPass):
             val = _value(node)
             written = _written_dtype(node) if _kind(node) == "matmul" else None
             autocast = _autocast_class(written, val.dtype)
+            # a low-precision point's fused region, for the float32 re-check of a NaN/Inf it
+            # makes from finite inputs: then its deps are exactly the region's inputs
+            region = program(node, points) if val.dtype in _LOW else None
+            code, deps = region if region is not None else ("", self._deps(node, points))
             with graph.inserting_after(node):
                 point = graph.call_function(observe, (
-                    node, self._deps(node, points), full, layer_type, op,
+                    node, deps, full, layer_type, op,
                     written if written is not None else val.dtype, _AUTOCAST[autocast],
-                    bool(module_output)))
+                    bool(module_output), code))
             point.meta["val"] = None
 
 

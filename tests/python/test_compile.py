@@ -437,3 +437,46 @@ def test_torch_compile_called_while_profiling():
             fn(torch.randn(4, 16)).float().sum().backward()
     names = {layer["name"] for layer in prof.report["layers"]}
     assert {"enc", "dec.inp", "dec.ffn.wi", "dec.ffn.wo", "head"} <= names
+
+
+class Fused(torch.nn.Module):
+    """The model's own code between two Linears: inductor fuses it into b's matmul."""
+
+    def __init__(self, between):
+        super().__init__()
+        self.a, self.b, self.between = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4), between
+
+    def forward(self, x):
+        return self.b(self.between(self.a(x)))
+
+
+@pytest.mark.parametrize("case", ["log_relu", "exp"])
+def test_a_fused_nonfinite_origin_gets_the_float32_recheck_eager_gets(case):
+    # log(relu(h)) is -inf at h <= 0 in float32 too: a model bug (eager: fix_model). exp(h)
+    # past 11.1 overflows float16 only: precision (eager: a pin). Fused into b's matmul point,
+    # compiled runs had no float32 re-check (null) and pinned both.
+    between = {"log_relu": lambda h: torch.log(torch.relu(h)),
+               "exp": lambda h: torch.exp(h * 8)}[case]
+    verdicts = {}
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = Fused(between)
+        fn = torch.compile(model) if compiled else model
+        x = torch.randn(4, 16, generator=torch.Generator().manual_seed(1))
+        with ampscope.profile(out=None) as prof:
+            with torch.autocast("cpu", torch.float16):
+                fn(x).float().sum().backward()
+        e = prof.report["first_nonfinite"]
+        assert e is not None and e["step"] == 0 and e["inputs_finite"]
+        actions = {r["action"] for r in prof.report["recommendations"]
+                   if r["action"] in ("fix_model", "pin_fp32")}
+        verdicts[compiled] = (e["fp32_also_nonfinite"], actions)
+    with torch.no_grad():  # torch's own float32 answer for the fused code
+        torch.manual_seed(0)
+        model = Fused(between)
+        h = model.a(torch.randn(4, 16, generator=torch.Generator().manual_seed(1)))
+        fp32_nonfinite = not torch.isfinite(model.b(between(h))).all().item()
+    assert verdicts[True][0] is fp32_nonfinite
+    assert verdicts[True][1] == verdicts[False][1] == \
+        ({"fix_model"} if fp32_nonfinite else {"pin_fp32"}), verdicts

@@ -132,6 +132,7 @@ struct CompiledPoint {
   std::int8_t input_dtype = -1;  ///< dtype its floating inputs had before autocast's casts
   AutocastClass autocast = AutocastClass::kNone;
   bool module_output = false;    ///< the value leaves its module (a harm check, as eager's)
+  std::string_view region;       ///< ATen calls computing it from its deps (float32 re-check)
 };
 
 /// Most loss-scale points a run keeps; older clean updates are thinned beyond it.
