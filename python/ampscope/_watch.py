@@ -146,7 +146,12 @@ def replay(local, module, args, kwargs, frame, leaves):
         for m, name, b in swapped:
             m._buffers[name] = b.detach().clone()
         generator.set_state(frame.rng)
-        replayed = tensor_leaves(module.forward(*args, **kwargs))
+        # No graph: the replay's values are read, never differentiated, and nothing it computes
+        # may be saved for backward. Inside a non-reentrant checkpoint, saved tensors go through
+        # the checkpoint's hooks, which count them: the replay's made the user's backward raise
+        # CheckpointError ("a different number of tensors was saved").
+        with torch.no_grad():
+            replayed = tensor_leaves(module.forward(*args, **kwargs))
         if replayed:
             ops.module_outputs(replayed)  # the values the replay's ops made reach its output
 

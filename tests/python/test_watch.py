@@ -128,6 +128,50 @@ def test_a_replay_changes_nothing_the_run_computes():
     assert torch.equal(rng_plain, rng_profiled)
 
 
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_a_replay_inside_activation_checkpointing_leaves_its_backward_alone(reentrant):
+    """The checkpointed block's output overflows on an unsampled step, so the watch replays the
+    block from its forward hook, inside the checkpoint. Non-reentrant checkpointing counts the
+    tensors saved there: the replay's made the user's backward raise CheckpointError (HF
+    transformers 5's gradient_checkpointing_enable() and timm's default). Oracle: the same loop
+    unprofiled (losses bit for bit) and the planted layer and step."""
+    from torch.utils.checkpoint import checkpoint
+
+    def run(options):
+        torch.manual_seed(0)
+        blk = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 16))
+        model = nn.ModuleDict({"blk": blk, "head": nn.Linear(16, 4)})
+        opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(1))
+        losses = []
+
+        def loop():
+            for step in range(3):
+                if step == 1:
+                    with torch.no_grad():
+                        blk[2].weight.mul_(1e6)
+                with torch.autocast("cpu", torch.float16):
+                    h = checkpoint(model["blk"], x, use_reentrant=reentrant)
+                    loss = model["head"](h).float().sum()
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                losses.append(loss.item())
+
+        if options is None:
+            loop()
+            return None, losses
+        with ampscope.profile(out=None, **options) as prof:
+            loop()
+        return prof.report, losses
+
+    _, plain = run(None)
+    report, profiled = run(dict(every=2))
+    assert str(profiled) == str(plain)  # nan == nan as text
+    e = report["first_nonfinite"]
+    assert (e["layer"], e["step"], e["phase"]) == ("blk.2", 1, "forward"), e
+
+
 class Parent(nn.Module):
     """The parent's own op (exp of a large value, float32) makes the inf, then hands it to a child
     holding modules; the parent cleans its own output up afterwards."""
