@@ -125,6 +125,9 @@ struct Call : at::ObserverContext {
   Stats input_stats;                ///< ObserverOptions::input_stats: floating inputs
   std::uint64_t ext_id = 0;         ///< CUPTI external id pushed for this call (0: none)
   bool point = false;               ///< a compiled graph's observation point
+  /// A module's forward run again inside backward (reentrant activation checkpointing): its
+  /// autograd nodes and NaN/Inf origins are the forward's, its values were recorded then.
+  bool recompute = false;
   /// Only the observer's callback is active: the ops its nested calls run need not be seen
   /// (quiet_children).
   bool quiet = false;
@@ -295,8 +298,10 @@ void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call)
     call.phase = Phase::kBackward;
     call.layer = t.backward_layer;
   } else {
-    // inside backward with a module running: a checkpointed layer's recomputed forward
-    call.phase = in_backward ? Phase::kBackward : forward_phase(t);
+    // inside backward with a module running: a checkpointed layer's recomputed forward (the
+    // original ran without a graph, so the nodes backward meets are made here)
+    call.recompute = in_backward;
+    call.phase = in_backward ? Phase::kForward : forward_phase(t);
     call.layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();
     forward_ring(t, fn).put(fn.seqNr(), call.layer);
   }
@@ -1156,6 +1161,7 @@ void finish_top(const at::RecordFunction& fn, Call& call, ThreadState& t) {
   } else {
     key = forward_key(call, fn.outputs());
     finish_op(fn, call, t, key, agg);
+    if (call.recompute) return;  // origins and nodes noted; its values were counted in forward
     // cast loss and degenerate outputs (issue 13); a compiled graph's point has no source or
     // re-runnable op of its own
     if (!call.sentinel && !call.point)

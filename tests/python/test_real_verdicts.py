@@ -386,10 +386,14 @@ def gpt2_gelu_overflow(act_fp32=False):
     return model
 
 
-def gpt2_gelu_overflow_step(prof_kwargs=None, act_fp32=False, loss_scale=1.0):
+def gpt2_gelu_overflow_step(prof_kwargs=None, act_fp32=False, loss_scale=1.0, reentrant=None):
     """One float16 step of gpt2_gelu_overflow(): the report (None unprofiled), the loss, and
-    whether every parameter gradient was finite."""
+    whether every parameter gradient was finite. `reentrant`: with HF's gradient checkpointing
+    of that kind (None: none)."""
     model = gpt2_gelu_overflow(act_fp32)
+    if reentrant is not None:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": reentrant})
+        model.train()
     b = batch("gpt2")
 
     def step():
@@ -453,6 +457,41 @@ def test_gpt2_backward_nan_on_an_unsampled_step_claims_no_cause():
     [r] = [r for r in report["recommendations"] if r["severity"] == "critical"]
     assert (r["action"], r["reasons"]) == ("watch", ["nonfinite_origin_unobserved"])
     assert not any(r["action"] in ("pin_fp32", "fix_model") for r in report["recommendations"])
+
+
+@pytest.mark.parametrize("reentrant", [False, True])
+def test_gpt2_gelu_overflow_under_gradient_checkpointing_gets_the_same_verdict(reentrant):
+    # Reentrant checkpointing runs the block's forward without a graph and again inside
+    # backward, where its ops were recorded as backward: the pow's overflow was no forward
+    # creation (forward_nonfinite false: loss_scaling, critical, where the README says no scale
+    # helps), the recomputed autocast Linears' nodes went to <outside>, and the recomputed
+    # activations counted as gradients. Oracle: the same model without checkpointing.
+    plain, loss, finite = gpt2_gelu_overflow_step({})
+    report, loss2, finite2 = gpt2_gelu_overflow_step({}, reentrant=reentrant)
+    assert (loss2, finite2) == (loss, finite)
+    e, e0 = report["first_nonfinite"], plain["first_nonfinite"]
+    keys = ("layer", "op", "phase", "forward_nonfinite", "step")
+    assert {k: e[k] for k in keys} == {k: e0[k] for k in keys}
+    verdict = lambda r: sorted((x["layer"], x["action"], x["severity"], tuple(x["reasons"]))  # noqa: E731
+                               for x in r["recommendations"])
+    assert verdict(report) == verdict(plain)
+
+    def calls(r, phase, under=""):
+        out = {}
+        for layer in r["layers"]:
+            for op in layer["ops"]:
+                if op["phase"] == phase and layer["name"].startswith(under):
+                    key = (layer["name"], op["op"])
+                    out[key] = out.get(key, 0) + op["calls"]
+        return out
+    # recomputing counts nothing: every op of the blocks both runs have is counted as often
+    # (HF's checkpointing path turns the key/value cache off, so the attention has fewer ops)
+    mine, theirs = calls(report, "forward", "transformer.h."), calls(plain, "forward", "transformer.h.")
+    assert {k for k in theirs if k[1] == "aten::addmm"} <= mine.keys()
+    assert {k: mine[k] for k in mine.keys() & theirs.keys()} == \
+        {k: theirs[k] for k in mine.keys() & theirs.keys()}
+    addmm = lambda r: {k[0] for k in calls(r, "backward") if k[1] == "AddmmBackward0"}  # noqa: E731
+    assert addmm(report) == addmm(plain) and "<outside>" not in addmm(report)
 
 
 def gpt2_scores_overflow_step(prof_kwargs=None, pin=False):
