@@ -298,10 +298,12 @@ void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call)
     call.phase = Phase::kBackward;
     call.layer = t.backward_layer;
   } else {
-    // inside backward with a module running: a checkpointed layer's recomputed forward (the
-    // original ran without a graph, so the nodes backward meets are made here)
-    call.recompute = in_backward;
-    call.phase = in_backward ? Phase::kForward : forward_phase(t);
+    // Inside backward with a module running: a checkpointed layer's recomputed forward (the
+    // original ran without a graph, so the nodes backward meets are made here). A compiled
+    // backward's point pushes its layer too, and is backward work.
+    const bool recompute = in_backward && current_point() == nullptr;
+    call.recompute = recompute;
+    call.phase = recompute ? Phase::kForward : in_backward ? Phase::kBackward : forward_phase(t);
     call.layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();
     forward_ring(t, fn).put(fn.seqNr(), call.layer);
   }

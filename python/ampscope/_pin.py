@@ -1,11 +1,14 @@
 """Precision maps: a pinned module (and everything inside it) runs with autocast off and its
-floating inputs cast to float32; its outputs stay float32."""
+floating inputs cast to float32; its outputs stay float32 (in a model converted to low
+precision as a whole, see pin_module, they go back to the input's dtype)."""
+import copy
 import functools
 import json
 import os
 import warnings
 
 import torch
+from torch.nn.utils.stateless import _reparametrize_module  # what torch.func.functional_call uses
 
 SCHEMA = "ampscope.precision_map/1"
 
@@ -54,8 +57,43 @@ def _device_type(args):
     return "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
 
 
+def _cast_floating(x, dtype):
+    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype == torch.float32:
+        return x.to(dtype)
+    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
+        return type(x)(_cast_floating(v, dtype) for v in x)
+    if isinstance(x, dict):  # a copy of its own type (HF's ModelOutput sets attributes too)
+        out = copy.copy(x)
+        for k, v in x.items():
+            out[k] = _cast_floating(v, dtype)
+        return out
+    return x
+
+
+def _low_precision_state(module):
+    """{name: float32 copy} of the module's float16/bfloat16 parameters and buffers (a model
+    converted to low precision as a whole, no autocast), and their dtype; ({}, None) if none."""
+    state, dtype = {}, None
+    for name, t in [*module.named_parameters(), *module.named_buffers()]:
+        if t is not None and t.dtype in (torch.float16, torch.bfloat16):
+            state[name], dtype = t.float(), dtype or t.dtype
+    return state, dtype
+
+
+def _first_floating_dtype(args, kwargs):
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            return a.dtype
+    return None
+
+
 def pin_module(module):
-    """Makes `module` run in float32 with autocast off. Idempotent."""
+    """Makes `module` run in float32 with autocast off. Idempotent.
+
+    In a model converted to float16/bfloat16 as a whole (`model.half()`, `torch_dtype=`), the
+    module's own parameters are low precision too: the call then runs on float32 copies of them
+    (gradients flow back to the stored ones, as through autocast's casts) and its floating
+    outputs are cast back to the dtype its input had, which the next layer expects."""
     if getattr(module, "_ampscope_pinned", False):
         return
     original = module.forward
@@ -63,7 +101,13 @@ def pin_module(module):
     @functools.wraps(original)
     def forward(*args, **kwargs):
         with torch.autocast(device_type=_device_type(args), enabled=False):
-            return original(*_to_fp32(args), **_to_fp32(kwargs))
+            state, low = _low_precision_state(module)
+            if not state:
+                return original(*_to_fp32(args), **_to_fp32(kwargs))
+            back = _first_floating_dtype(args, kwargs) or low
+            with _reparametrize_module(module, state):
+                out = original(*_to_fp32(args), **_to_fp32(kwargs))
+            return _cast_floating(out, back) if back != torch.float32 else out
 
     module.forward = forward
     module._ampscope_pinned = True

@@ -280,6 +280,33 @@ def test_apply_precision_map_pins_exactly_the_listed_modules():
     assert out.dtype == torch.float32
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_pin_in_a_model_converted_to_low_precision_as_a_whole(dtype):
+    # model.half() / torch_dtype=: no autocast, the pinned module's own weights are low
+    # precision. The pin made its input float32 against them ("mat1 and mat2 must have the same
+    # dtype"). Now it computes on float32 copies of them and hands its input's dtype on.
+    # Oracle: the same module computed in float64 from the same stored weights and inputs.
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Softmax(-1), torch.nn.Linear(8, 2))
+    m = m.to(dtype)
+    x = torch.randn(3, 6).to(dtype)
+    ampscope.apply_precision_map(m, {"schema": "ampscope.precision_map/1", "pin_fp32": ["0"]})
+    with ampscope.profile(model=m, out=None) as prof:
+        y = m(x)
+        y.float().sum().backward()
+    assert y.dtype == dtype and m[0].weight.grad.dtype == dtype  # stored weights stay as they were
+    [lin] = ops(prof.report, "0", "aten::linear")
+    assert lin["compute_dtype"] == "float32"
+    h = m[0](x)
+    assert h.dtype == dtype
+    wide = x.double() @ m[0].weight.double().T + m[0].bias.double()
+    # computed wide, rounded once to the input's dtype: within half an ulp of the float64 result
+    half_ulp = 0.5 * torch.finfo(dtype).eps * wide.abs() + 1e-12
+    assert ((h.double() - wide).abs() <= half_ulp).all()
+    # gradients reach the stored low-precision weights
+    assert torch.isfinite(m[0].weight.grad.float()).all() and m[0].weight.grad.abs().sum() > 0
+
+
 def test_compiled_modules_are_named_as_not_observed():
     m = torch.compile(Net(), backend="eager")
     with ampscope.profile(out=None) as prof:
