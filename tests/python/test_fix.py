@@ -218,6 +218,10 @@ def test_fix_a_pin_that_breaks_the_script_is_no_fix(cli, tmp_path):
     assert report(last)["first_nonfinite"] is None              # looks clean, but it raised
     assert "mid must return float16" in (last / "log.txt").read_text()
     assert "the command failed with the map (exit code 1" in res.stdout
+    # what remains and the cost of the map say the run stopped short (not "nothing remains")
+    remains = res.stdout.split("what remains")[1].split("cost of the map")[0]
+    assert "the run failed (exit code 1)" in remains and "nothing: no recommendation" not in remains
+    assert "failed, exit code 1: it is compared as far as it ran" in res.stdout
 
 
 def test_fix_a_model_bug_exits_3_with_fix_model_and_no_pins(cli, tmp_path):

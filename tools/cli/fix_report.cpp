@@ -207,6 +207,9 @@ std::string pins_section(const FixOutcome& o) {
 std::string remains_section(const FixOutcome& o) {
   const reports::Report& r = o.final().report;
   std::string s;
+  if (failed(o.final()))  // its report stops where the command did
+    s += fmt::format("  the run failed (exit code {}): it shows only what ran before that\n",
+                     o.final().exit_code);
   if (r.first_nonfinite) s += "  " + nonfinite_text(*r.first_nonfinite) + "\n";
   for (const auto& rec : r.recommendations) {
     s += fmt::format("  {:<9} {:<20} {:<16} {}\n", ampscope::name_of(rec.severity), ampscope::name_of(rec.action), label(rec.layer),
@@ -222,6 +225,9 @@ std::string cost_section(const FixOutcome& o) {
   std::string s = fmt::format("cost of the map (run {} without pins -> run {} with the map):\n",
                               before.index, after.index);
   if (before.index == after.index) return s + "  none: no pins\n";
+  if (failed(after))
+    s += fmt::format("  (run {} failed, exit code {}: it is compared as far as it ran)\n",
+                     after.index, after.exit_code);
   return s + reports::render_diff(reports::diff_reports(before.report, after.report), before.report,
                                   after.report);
 }
