@@ -85,6 +85,13 @@ def _token(value, ref):
 def program(point, stops):
     """(program text, input nodes) for re-running `point` from the nodes in `stops` (observed
     points) and graph inputs, or None where the region is not a plain chain of ATen calls."""
+    try:
+        return _program(point, stops)
+    except Exception:  # never break a compile: no re-check for this point, as before
+        return None
+
+
+def _program(point, stops):
     calls, inputs, todo = set(), [], [point]
     while todo:
         node = todo.pop()
@@ -125,6 +132,6 @@ def program(point, stops):
             lines.append(" ".join([name] + [_token(v, ref) for v in _arguments(node)]))
             slot[node] = len(slot)
         lines.append(f"out {ref(point)}")
-    except (_Unsupported, KeyError):
+    except (_Unsupported, KeyError, IndexError):
         return None
     return "\n".join(lines), inputs

@@ -44,7 +44,7 @@ def _walk(obj, steps):
                 obj = obj[key]
             else:
                 obj = obj[int(index)]
-        except (AttributeError, KeyError, IndexError, TypeError):
+        except Exception:  # a property that raises is a step that does not apply
             return _MISSING
         pos = match.end()
     return obj
@@ -146,7 +146,10 @@ class Scopes:
             for i, item in enumerate(items):
                 if isinstance(item, torch.nn.Module):
                     source = f"L['{local}']" if item is value else f"L['{local}'][{i}]"
-                    scopes[source] = self._resolve(source, item, guards)
+                    try:
+                        scopes[source] = self._resolve(source, item, guards)
+                    except Exception:  # never break a compile: relative names, as before
+                        scopes[source] = None
         if cid is not None:
             self._by_compile[cid] = scopes
         return scopes
