@@ -76,13 +76,21 @@ def _value(node):
     return val if isinstance(val, torch.Tensor) and val.is_floating_point() else None
 
 
+# ops between autocast's cast and the matmul that only lay the values out (the cast of a
+# Linear's input is viewed to 2-d, its weight's permuted)
+_LAYOUT = {"aten::view", "aten::_unsafe_view", "aten::reshape", "aten::permute", "aten::t",
+           "aten::transpose", "aten::expand", "aten::unsqueeze", "aten::squeeze", "aten::clone",
+           "aten::contiguous", "aten::alias"}
+
+
 def _written_dtype(node):
     """The widest floating dtype of the node's tensor inputs as the model wrote them: through
-    the casts autocast put in front of the node."""
+    the casts autocast put in front of the node (and the views between them and it)."""
     widest = None
     for arg in node.all_input_nodes:
         src = arg
-        while src.op == "call_function" and _op_name(src) == "prims::convert_element_type":
+        while src.op == "call_function" and src.args and isinstance(src.args[0], torch.fx.Node) \
+                and _op_name(src) in _LAYOUT | {"prims::convert_element_type"}:
             src = src.args[0]
         val = _value(src)
         if val is not None:

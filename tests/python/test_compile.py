@@ -480,3 +480,43 @@ def test_a_fused_nonfinite_origin_gets_the_float32_recheck_eager_gets(case):
     assert verdicts[True][0] is fp32_nonfinite
     assert verdicts[True][1] == verdicts[False][1] == \
         ({"fix_model"} if fp32_nonfinite else {"pin_fp32"}), verdicts
+
+
+class TinyLM(torch.nn.Module):
+    """Embedding, two Linears on 3-d activations, and the loss inside forward (as HF models
+    compute it): compiled whole, no op of the run is an eager one under autocast."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = torch.nn.Embedding(32, 16)
+        self.up = torch.nn.Linear(16, 32, bias=False)  # no bias: mm, as in Llama
+        self.head = torch.nn.Linear(32, 32, bias=False)
+
+    def forward(self, ids):
+        logits = self.head(torch.relu(self.up(self.emb(ids))))
+        return torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), ids.flatten())
+
+
+def test_a_model_compiled_whole_is_known_to_run_under_autocast():
+    # The matmuls see autocast's casts through the views between them (a 3-d input viewed to
+    # 2-d, the weight permuted): they were 'none', so a run with no eager op under autocast
+    # had no autocast dtype ("autocast off"), and every rule keyed to the run's format (loss
+    # scaling, overflow_<fmt>) went quiet. Oracle: the eager run of the same model.
+    ids = torch.randint(0, 32, (4, 8), generator=torch.Generator().manual_seed(3))
+    reports = {}
+    for compiled in (False, True):
+        torch._dynamo.reset()
+        torch.manual_seed(0)
+        model = TinyLM()
+        fn = torch.compile(model) if compiled else model
+        with ampscope.profile(out=None) as prof:
+            with torch.autocast("cpu", torch.float16):
+                loss = fn(ids)
+            loss.backward()
+        reports[compiled] = prof.report
+    assert reports[True]["run"]["autocast_dtype"] == reports[False]["run"]["autocast_dtype"] \
+        == "float16"
+    for layer in ("up", "head"):
+        ops = [op for lay in reports[True]["layers"] if lay["name"] == layer for op in lay["ops"]
+               if op["op"] in GRAPH_MATMUL and op["phase"] == "forward"]
+        assert ops and all(op["autocast"] == "lower_precision" for op in ops), (layer, ops)
