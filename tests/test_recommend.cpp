@@ -157,6 +157,27 @@ TEST(Recommend, OriginThatAlreadyRanInFp32IsFixModel) {
   EXPECT_TRUE(precision_map_from(recs).pin_fp32.empty());
 }
 
+// A model converted to float16 as a whole, trained with AdamW: eps (1e-8) is 0 in float16 and
+// the update is 0/0 where a gradient is 0. The origin is the optimizer's in-place arithmetic
+// (no float32 re-check, outside every module): no pin can reach it.
+TEST(Recommend, OriginInALowPrecisionOptimizerStepAsksForFp32MasterWeights) {
+  Report r = clean_report();
+  NonFiniteEvent e = event(ampscope::reports::kOutsideLayer, "aten::addcdiv_", true, std::nullopt);
+  e.phase = ampscope::Phase::kOptimizer;
+  e.compute_dtype = "float16";
+  r.first_nonfinite = e;
+  const auto recs = recommend(r);
+  ASSERT_EQ(recs.size(), 1u);
+  EXPECT_EQ(recs[0].action, Action::kFp32MasterWeights);
+  EXPECT_EQ(recs[0].severity, Severity::kCritical);
+  EXPECT_EQ(recs[0].reasons, std::vector<std::string>{"optimizer_nonfinite_float16"});
+  EXPECT_TRUE(precision_map_from(recs).pin_fp32.empty());
+  // the same step computing in float32 (fp32 parameters) is the model's (a learning rate that
+  // overflows float32)
+  r.first_nonfinite->compute_dtype = "float32";
+  EXPECT_EQ(recommend(r)[0].action, Action::kFixModel);
+}
+
 TEST(Recommend, OriginAlsoNonFiniteInFp32IsFixModelAndNoPin) {
   Report r = clean_report();
   // The op also reports its own non-finite outputs: it must still not be pinned.

@@ -170,7 +170,7 @@ void verdict_section(const Report& r, std::string& out) {
   out += "<section id=\"verdict\" class=\"banner bad\"><div class=\"icon\">✕</div><div>";
   out += fmt::format("<h2>First harmful non-finite value ({}) at step {}</h2>", esc(e.kind), e.step);
   if (!e.reached.empty())
-    out += "<p class=\"muted\">It reached a " + esc(text::replace_all(e.reached, "_", " ")) +
+    out += "<p class=\"muted\">It reached " + esc(text::what_reached(e.reached)) +
            " at step " + std::to_string(e.reached_step) + ".</p>";
   out += "<p class=\"where\">layer " + layer_link(e.layer) + " · op <code>" + esc(e.op) +
          "</code> · " + std::string(name_of(e.phase)) + " pass";

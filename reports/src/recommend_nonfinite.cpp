@@ -12,7 +12,8 @@
 //                      NaN/Inf its own forward call made in low precision (consumed there, met
 //                      again by the backward formula: forward_nonfinite), else loss_scaling (critical,
 //                      grad_overflow_<format>) unless a GradScaler ran, or fix_model for a
-//                      float32 gradient. An origin whose maker was not recorded (a gradient the
+//                      float32 gradient. In the optimizer step computing in low precision ->
+//                      fp32_master_weights (critical, optimizer_nonfinite_<format>). An origin whose maker was not recorded (a gradient the
 //                      watch saw on an unsampled step; NaN/Inf handed in, or a backward origin,
 //                      in a run with layer/op filters) -> watch (critical,
 //                      nonfinite_origin_unobserved): re-run that step recorded.
@@ -220,6 +221,12 @@ void origin_rule(const Report& r, Findings& out) {
   } else if (e.fp32_also_nonfinite.value_or(false) || ran_wide) {
     f.action = Action::kFixModel;
     f.reasons = {"nonfinite_in_fp32"};
+  } else if (e.phase == Phase::kOptimizer) {
+    // The optimizer's own arithmetic in float16/bfloat16 (parameters and state of a model
+    // converted as a whole): AdamW's eps of 1e-8 is 0 in float16, 0/0 where a gradient is 0.
+    // No module to pin: its parameters and state must be float32.
+    f.action = Action::kFp32MasterWeights;
+    f.reasons = {"optimizer_nonfinite_" + cd};
   } else {
     f.action = Action::kPinFp32;
     f.reasons = {"nonfinite_origin"};

@@ -92,6 +92,12 @@ inline std::string replace_all(std::string s, const std::string& from, const std
   return s;
 }
 
+/// What a harmful NaN/Inf reached, with its article: "a module output", "the optimizer state".
+inline std::string what_reached(const std::string& reached) {
+  if (reached == "optimizer") return "the optimizer state";
+  return "a " + replace_all(reached, "_", " ");
+}
+
 /// Calls that made NaN/Inf which were consumed harmlessly (never reached anything).
 inline std::int64_t benign_total(const Report& r) {
   std::int64_t n = 0;
@@ -128,8 +134,8 @@ inline std::string verdict(const Report& r) {
   std::string recheck = !e.fp32_also_nonfinite ? "not run"
                         : *e.fp32_also_nonfinite ? "also non-finite"
                                                  : "finite";
-  std::string reached = e.reached.empty() ? "" : fmt::format("; reached a {} at step {}",
-                                                           replace_all(e.reached, "_", " "),
+  std::string reached = e.reached.empty() ? "" : fmt::format("; reached {} at step {}",
+                                                           what_reached(e.reached),
                                                            e.reached_step);
   return fmt::format("first non-finite: step {}, phase {}, layer {}, op {} ({}) — {}{}; FP32 re-check: {}",
                      e.step, name_of(e.phase), layer_label(e.layer), e.op, e.kind, origin_words(e), reached,

@@ -494,6 +494,37 @@ def test_gpt2_gelu_overflow_under_gradient_checkpointing_gets_the_same_verdict(r
     assert addmm(report) == addmm(plain) and "<outside>" not in addmm(report)
 
 
+def test_gpt2_converted_to_float16_with_adamw_needs_float32_master_weights():
+    # model.half() and AdamW: eps (1e-8) is 0 in float16, so the update is 0/0 = NaN wherever a
+    # gradient is 0 (the embedding rows no token used). It was a critical pin of <outside> (no
+    # module to pin, an empty map). Oracle: torch's own run of the same step.
+    def step(profiled):
+        model = gpt2().half()
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        b = batch("gpt2")
+
+        def run():
+            model(**b).loss.backward()
+            opt.step()
+        if not profiled:
+            run()
+            return None, model
+        with ampscope.profile(out=None) as prof:
+            run()
+        return prof.report, model
+
+    assert torch.tensor(1e-8, dtype=torch.float16).item() == 0.0
+    _, plain = step(False)
+    assert any(torch.isnan(p).any() for p in plain.parameters())  # the NaN is real
+    report, _ = step(True)
+    e = report["first_nonfinite"]
+    assert e["phase"] == "optimizer" and e["compute_dtype"] == "float16"
+    recs = [(r["action"], r["severity"], r["reasons"]) for r in report["recommendations"]
+            if r["severity"] == "critical"]
+    assert recs == [("fp32_master_weights", "critical", ["optimizer_nonfinite_float16"])], recs
+    assert not [r for r in report["recommendations"] if r["action"] == "pin_fp32"]
+
+
 def gpt2_scores_overflow_step(prof_kwargs=None, pin=False):
     """GPT-2 with eager attention whose q/k projection is scaled up: the scores' float16 matmul
     overflows. Eager attention merges the heads back with a copying transpose/reshape before
