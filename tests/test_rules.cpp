@@ -129,6 +129,15 @@ TEST(Headroom, CloseToTheMaxIsMediumWatch) {
   EXPECT_TRUE(precision_map_from(recs).pin_fp32.empty());  // a warning, not a pin
 }
 
+TEST(Headroom, ExactlyTheMaxIsAFillNotAnActivation) {
+  // finfo(float16).min written as a mask, or a saturating cast: sits at 65504 every step
+  OpRecord mask = op("prims::convert_element_type", ampscope::Phase::kForward, "float16");
+  mask.absmax_by_step = {{0, 65504.0}, {1, 65504.0}, {2, 65504.0}};
+  EXPECT_TRUE(recommend(run("float16", {layer("attn", {mask})})).empty());
+  mask.absmax_by_step = {{0, 65472.0}, {1, 65472.0}, {2, 65472.0}};  // one float16 tick below
+  EXPECT_EQ(recommend(run("float16", {layer("attn", {mask})})).size(), 1u);
+}
+
 TEST(Headroom, GrowingTowardTheMaxIsLowWatchWithProjection) {
   OpRecord o = op("aten::linear", ampscope::Phase::kForward, "float16");
   o.absmax_by_step = series(10, 3.0, 1.0);  // 8 .. 4096, doubling every step

@@ -7,7 +7,8 @@
 //   precision_loss_rule  --shadow re-checks of an op erred beyond kPrecisionLossRelErr or below
 //                      kPrecisionLossCosine -> pin_fp32 (medium, precision_loss; high when the
 //                      re-run differs completely: kShadowLostRelErr / kShadowLostCosine).
-//   headroom_rule      a low-precision op's output absmax is within kHeadroomWarnBinades of the
+//   headroom_rule      a low-precision op's output absmax (below the format's max itself: a fill
+//                      or saturation) is within kHeadroomWarnBinades of the
 //                      format's max, or grows toward it fast enough to get there within as many
 //                      steps again -> watch (medium | low, headroom_<format>).
 //   grad_underflow_rule  gradients lose at least kGradUnderflowShare of their nonzero values to
@@ -112,7 +113,9 @@ void headroom_rule(const Report& r, Findings& out) {
       double peak = 0;
       for (const auto& pt : op.absmax_by_step)
         if (std::isfinite(pt.second)) peak = std::max(peak, pt.second);
-      if (peak <= 0) continue;
+      // Exactly the format's largest value is a fill or a saturation, not an activation one
+      // tick from overflow: a mask of finfo(float16).min that a compiled graph casts (T5's).
+      if (peak <= 0 || peak >= fmax) continue;
       const double last = op.absmax_by_step.back().second;
       const double headroom = std::log2(fmax / peak);
       const double growth = log2_growth(op.absmax_by_step, kHeadroomFitPoints);
