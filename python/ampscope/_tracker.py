@@ -4,6 +4,7 @@ the fly inside a forward (not in any registered tree) counts as its innermost re
 several unrelated root models keep distinct names (later roots are prefixed by their class)."""
 import gc
 import threading
+import warnings
 import weakref
 from typing import NamedTuple
 
@@ -14,6 +15,8 @@ from torch.optim.optimizer import (register_optimizer_step_post_hook,
                                    register_optimizer_step_pre_hook)
 
 from . import _core, _updates, _watch
+
+_COMPILE_HOOKS_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
 
 
 class _Info(NamedTuple):
@@ -225,6 +228,9 @@ class Tracker:
         return optimized is not None and isinstance(module, optimized)
 
     def install(self):
+        # torch warns, at every torch.compile(module), that global module hooks fire once more
+        # for the OptimizedModule wrapper: these hooks take the wrapper for the module it wraps
+        warnings.filterwarnings("ignore", message=_COMPILE_HOOKS_WARNING, category=UserWarning)
         self._handles.append(register_module_forward_pre_hook(self._pre))
         self._handles.append(register_module_forward_hook(self._post, with_kwargs=True,
                                                           always_call=True))
@@ -279,4 +285,7 @@ class Tracker:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        warnings.filters[:] = [f for f in warnings.filters
+                               if not (f[0] == "ignore" and getattr(f[1], "pattern", None)
+                                       == _COMPILE_HOOKS_WARNING)]
         _core.ops().unhook_params()
