@@ -439,7 +439,8 @@ def test_torch_compile_called_while_profiling():
             fn = torch.compile(model)
             with torch.autocast("cpu", torch.bfloat16):
                 fn(torch.randn(4, 16)).float().sum().backward()
-        restored = warnings.filters == filters
+        added = [f for f in warnings.filters if f not in filters]  # (torch adds its own too)
+        restored = not [f for f in added if "global hooks" in getattr(f[1], "pattern", "")]
     names = {layer["name"] for layer in prof.report["layers"]}
     assert {"enc", "dec.inp", "dec.ffn.wi", "dec.ffn.wo", "head"} <= names
     # torch's warning that global hooks fire once more for the OptimizedModule is about these
