@@ -10,6 +10,7 @@
 #include <ATen/record_function.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/graph_task.h>
@@ -298,10 +299,12 @@ void start_forward_top(ThreadState& t, const at::RecordFunction& fn, Call& call)
     call.phase = Phase::kBackward;
     call.layer = t.backward_layer;
   } else {
-    // Inside backward with a module running: a checkpointed layer's recomputed forward (the
-    // original ran without a graph, so the nodes backward meets are made here). A compiled
-    // backward's point pushes its layer too, and is backward work.
-    const bool recompute = in_backward && current_point() == nullptr;
+    // Inside backward with a module running and grad mode on: a checkpointed layer's
+    // recomputed forward (the original ran without a graph, so the nodes backward meets are
+    // made here). A compiled backward's point pushes its layer too, and a module called from a
+    // gradient hook runs without grad mode: both are backward work.
+    const bool recompute =
+        in_backward && current_point() == nullptr && c10::GradMode::is_enabled();
     call.recompute = recompute;
     call.phase = recompute ? Phase::kForward : in_backward ? Phase::kBackward : forward_phase(t);
     call.layer = t.layers.empty() ? kOutsideLayerId : t.layers.back();

@@ -132,6 +132,26 @@ def test_nan_inside_a_checkpointed_layer_is_attributed_to_it(reentrant):
     assert e["layer"] != "<outside>"
 
 
+def test_a_module_called_from_a_gradient_hook_is_backward_work():
+    # A module running inside backward is a reentrant checkpoint's recomputation only with grad
+    # mode on; one a gradient hook calls (grad mode off) is backward work, recorded as such.
+    torch.manual_seed(0)
+    net, probe = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+    seen = []
+
+    def hook(grad):
+        seen.append(torch.is_grad_enabled())
+        probe(grad)
+    with ampscope.profile(out=None) as prof:
+        h = net(torch.randn(4, 8))
+        h.register_hook(hook)
+        h.sum().backward()
+    assert seen == [False]
+    ops = [o for lay in prof.report["layers"] if lay["name"] == "Linear" for o in lay["ops"]
+           if o["op"] == "aten::linear"]
+    assert ops and all(o["phase"] == "backward" and o["calls"] == 1 for o in ops), ops
+
+
 def test_two_optimizers_count_one_step_per_training_step():
     torch.manual_seed(0)
     a, b = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
