@@ -40,14 +40,33 @@ def load_map(path_or_dict):
         raise MapError(_core.one_line(e)) from None
 
 
-def _to_fp32(x):
-    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != torch.float32:
-        return x.float()
+def _map_tensors(x, fn):
+    """x with fn applied to each tensor in it, through lists, tuples (named ones too) and dicts
+    (a dict of another type copied as such: HF's ModelOutput sets attributes too)."""
+    if isinstance(x, torch.Tensor):
+        return fn(x)
+    if isinstance(x, tuple) and hasattr(x, "_fields"):
+        return type(x)(*(_map_tensors(v, fn) for v in x))
     if isinstance(x, (list, tuple)):
-        return type(x)(_to_fp32(v) for v in x)
+        return type(x)(_map_tensors(v, fn) for v in x)
+    if type(x) is dict:  # (kwargs: a comprehension, which dynamo traces without a break)
+        return {k: _map_tensors(v, fn) for k, v in x.items()}
     if isinstance(x, dict):
-        return {k: _to_fp32(v) for k, v in x.items()}
+        out = copy.copy(x)
+        for k, v in x.items():
+            out[k] = _map_tensors(v, fn)
+        return out
     return x
+
+
+def _to_fp32(x):
+    return _map_tensors(x, lambda t: t.float() if t.is_floating_point() and t.dtype != torch.float32
+                        else t)
+
+
+def _cast_floating(x, dtype):
+    """x with its float32 tensors cast to dtype."""
+    return _map_tensors(x, lambda t: t.to(dtype) if t.dtype == torch.float32 else t)
 
 
 def _device_type(args):
@@ -55,19 +74,6 @@ def _device_type(args):
         if isinstance(a, torch.Tensor):
             return a.device.type
     return "cuda" if torch.cuda.is_available() and torch.cuda.is_initialized() else "cpu"
-
-
-def _cast_floating(x, dtype):
-    if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype == torch.float32:
-        return x.to(dtype)
-    if isinstance(x, (list, tuple)) and not hasattr(x, "_fields"):
-        return type(x)(_cast_floating(v, dtype) for v in x)
-    if isinstance(x, dict):  # a copy of its own type (HF's ModelOutput sets attributes too)
-        out = copy.copy(x)
-        for k, v in x.items():
-            out[k] = _cast_floating(v, dtype)
-        return out
-    return x
 
 
 def _low_precision_state(module):

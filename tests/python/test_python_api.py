@@ -307,6 +307,27 @@ def test_a_pin_in_a_model_converted_to_low_precision_as_a_whole(dtype):
     assert torch.isfinite(m[0].weight.grad.float()).all() and m[0].weight.grad.abs().sum() > 0
 
 
+def test_a_pin_passes_named_tuples_and_dict_types_through():
+    # one traversal casts the pinned call's arguments and, in a converted model, its outputs:
+    # a named tuple kept its fields (it raised TypeError on the way in) and was cast on the way
+    # out (it was handed on float32)
+    import collections
+    Pair = collections.namedtuple("Pair", "x scale")
+
+    class Scaled(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, p):
+            return Pair(self.lin(p.x) * p.scale, p.scale)
+
+    m = Scaled().half()
+    ampscope.apply_precision_map(m, {"schema": "ampscope.precision_map/1", "pin_fp32": [""]})
+    out = m(Pair(torch.randn(2, 4).half(), 2))
+    assert isinstance(out, Pair) and out.x.dtype == torch.float16 and out.scale == 2
+
+
 def test_compiled_modules_are_named_as_not_observed():
     m = torch.compile(Net(), backend="eager")
     with ampscope.profile(out=None) as prof:
