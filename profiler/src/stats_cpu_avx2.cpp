@@ -39,29 +39,6 @@
 namespace ampscope::detail {
 namespace {
 
-/// The thresholds in a 16-bit source's own bits: |h| < T16[k] exactly when |float32(h)| < kTh[k],
-/// for every finite h (the conversion is exact and monotonic on magnitudes).
-struct Thresholds16 {
-  u16 t[kNumTh];
-  template <typename Conv>
-  constexpr explicit Thresholds16(Conv conv, u32 inf16) : t{} {
-    for (int k = 0; k < kNumTh; ++k) {  // the first h in [0, inf16] with conv(h) >= T, or inf16
-      u32 lo = 0, hi = inf16;
-      while (lo < hi) {
-        const u32 mid = (lo + hi) / 2;
-        if (conv(mid) < kTh[k])
-          lo = mid + 1;
-        else
-          hi = mid;
-      }
-      t[k] = static_cast<u16>(lo);
-    }
-  }
-};
-constexpr u32 kInfF16 = 0x7C00u, kInfBF16 = 0x7F80u;
-constexpr Thresholds16 kTh16F16([](u32 h) { return f16_bits_to_f32(h); }, kInfF16);
-constexpr Thresholds16 kTh16BF16([](u32 h) { return bf16_bits_to_f32(h); }, kInfBF16);
-
 AMP_AVX2 u32 hmax_epu32(__m256i v) {
   __m128i m = _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
   m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4E));
@@ -579,56 +556,35 @@ AMP_AVX2 Pass1 pass16(const u16* __restrict x, u8* __restrict key, u32& amax16, 
                M.sum_sq(), static_cast<i64>(hsum_epi64(ksum))};
 }
 
-/// The float16 subnormals of a block (their exponent field is 0, a zero's key): counted value by
-/// value, so that a block holding a few of them (one randn block in five) stays on the fast path.
-struct Subnormals16 {
-  static constexpr int kMax = 128;            ///< more than this: the block is converted
-  static constexpr int kLo = 103, kHi = 112;  ///< their float32 exponent bytes (2^-24 .. 2^-15)
-  int n = 0;
-  u32 hist[kHi - kLo + 1] = {};
-  u32 lt[kNumTh] = {};  ///< how many lie below each threshold
-
-  /// Finds them (1 <= |h| <= 0x3FF) among the values of key 0 (zeros and subnormals): only the
-  /// 64-value stretches holding such a key are tested value by value. False when there are
-  /// more than kMax.
-  AMP_AVX2 bool count(const u16* __restrict x, const u8* __restrict key) {
-    const __m256i absm = _mm256_set1_epi16(0x7FFF), one = _mm256_set1_epi16(1);
-    const __m256i top = _mm256_set1_epi16(0x3FE), z = _mm256_setzero_si256();
-    auto subnormal = [&](__m256i v) AMP_AVX2_TARGET {  // 0 <= |h| - 1 <= 0x3FE
-      const __m256i t = _mm256_sub_epi16(_mm256_and_si256(v, absm), one);
-      return _mm256_cmpeq_epi16(_mm256_min_epu16(t, top), t);
-    };
-    for (int g = 0; g < kBlock; g += 64) {
-      const __m256i k0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + g));
-      const __m256i k1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + g + 32));
-      const __m256i m = _mm256_or_si256(_mm256_cmpeq_epi8(k0, z), _mm256_cmpeq_epi8(k1, z));
-      if (_mm256_testz_si256(m, m)) continue;
-      for (int h = g; h < g + 64; h += 32) {
-        const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + h));
-        const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + h + 16));
-        // bytes packed per 128-bit lane like the keys (Src16::elem)
-        const __m256i m8 = _mm256_packs_epi16(subnormal(v0), subnormal(v1));
-        u32 mm = static_cast<u32>(_mm256_movemask_epi8(m8));
-        n += __builtin_popcount(mm);
-        if (n > kMax) return false;
-        for (; mm != 0; mm = _blsr_u32(mm)) {
-          const int i = h + Src16<false>::elem(static_cast<int>(_tzcnt_u32(mm)));
-          const u32 a = f16_bits_to_f32(x[i] & 0x7FFFu);
-          ++hist[(a >> 23) - kLo];
-          for (int k = 0; k < kNumTh; ++k) lt[k] += a < kTh[k];
-        }
-      }
+/// Finds a float16 block's subnormals (1 <= |h| <= 0x3FF) among the values of key 0 (zeros and
+/// subnormals) into `subs`: only the 64-value stretches holding such a key are tested. False
+/// when there are more than Subnormals16::kMax.
+AMP_AVX2 bool find_subnormals16(const u16* __restrict x, const u8* __restrict key,
+                                Subnormals16& subs) {
+  const __m256i absm = _mm256_set1_epi16(0x7FFF), one = _mm256_set1_epi16(1);
+  const __m256i top = _mm256_set1_epi16(0x3FE), z = _mm256_setzero_si256();
+  auto subnormal = [&](__m256i v) AMP_AVX2_TARGET {  // 0 <= |h| - 1 <= 0x3FE
+    const __m256i t = _mm256_sub_epi16(_mm256_and_si256(v, absm), one);
+    return _mm256_cmpeq_epi16(_mm256_min_epu16(t, top), t);
+  };
+  for (int g = 0; g < kBlock; g += 64) {
+    const __m256i k0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + g));
+    const __m256i k1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(key + g + 32));
+    const __m256i m = _mm256_or_si256(_mm256_cmpeq_epi8(k0, z), _mm256_cmpeq_epi8(k1, z));
+    if (_mm256_testz_si256(m, m)) continue;
+    for (int h = g; h < g + 64; h += 32) {
+      const __m256i v0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + h));
+      const __m256i v1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + h + 16));
+      // bytes packed per 128-bit lane like the keys (Src16::elem)
+      const __m256i m8 = _mm256_packs_epi16(subnormal(v0), subnormal(v1));
+      u32 mm = static_cast<u32>(_mm256_movemask_epi8(m8));
+      if (subs.n + __builtin_popcount(mm) > Subnormals16::kMax) return false;
+      for (; mm != 0; mm = _blsr_u32(mm))
+        subs.add(x[h + Src16<false>::elem(static_cast<int>(_tzcnt_u32(mm)))] & 0x7FFFu);
     }
-    return true;
   }
-  /// count_block counted them as zeros (key 0), below every threshold: moves them to their
-  /// binades and thresholds.
-  void correct(Acc32& A) const {
-    A.zeros -= n;
-    for (int k = 0; k < kNumTh; ++k) A.lt[k] -= n - static_cast<i64>(lt[k]);
-    for (int e = kLo; e <= kHi; ++e) A.hist[e - 127 + kOff32] += hist[e - kLo];
-  }
-};
+  return true;
+}
 
 /// A full block of float16 (kBF16 false) or bfloat16 bits, read in place. Blocks with NaN/inf, a
 /// bfloat16 subnormal, more than Subnormals16::kMax float16 ones or no normal value are converted
@@ -637,7 +593,7 @@ template <bool kBF16>
 AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restrict x, Acc32& A,
                                                             Prefetch pf) {
   constexpr u32 kInf16 = kBF16 ? kInfBF16 : kInfF16;
-  constexpr u32 kMinNormal16 = kBF16 ? 0x0080u : 0x0400u;
+  constexpr u32 kMinNormal16 = kBF16 ? kMinNormalBF16 : kMinNormalF16;
   constexpr int kKeyOff = kBF16 ? 0 : 112;  // key + kKeyOff: the float32 exponent byte
   alignas(32) u8 key[kBlock];
   u32 amax16 = 0, amin1_16 = 0;
@@ -645,7 +601,7 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block16_avx2(const u16* __restric
   Subnormals16 subs;
   const bool has_subnormals = amin1_16 < kMinNormal16 - 1;
   if (amax16 >= kInf16 ||
-      (has_subnormals && (kBF16 || amax16 < kMinNormal16 || !subs.count(x, key)))) {
+      (has_subnormals && (kBF16 || amax16 < kMinNormal16 || !find_subnormals16(x, key, subs)))) {
     alignas(64) u32 buf[kBlock];
     convert16<kBF16>(x, buf);
     block32_avx2(buf, A, pf);

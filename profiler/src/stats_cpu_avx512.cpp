@@ -2,11 +2,12 @@
 //
 // One read of each full block (kBlock elements) from memory, then short passes over L1 data:
 //   1. one pass over the source: max and min of |bits|, the float-group moments, the exponent byte
-//      of every value into a 4 KiB key array and the sum of the keys. float16 is widened to
-//      float32 bits (exact) into a 16 KiB L1 buffer on the way, so its later steps see float32
-//      bits. bfloat16 is float32 with the low half cut off: its ranges, keys and threshold
-//      compares work on the 16-bit lanes directly (32 per vector, no widened copy); only the
-//      moments widen, in registers.
+//      of every value into a 4 KiB key array and the sum of the keys. float16 and bfloat16 are
+//      read in place: their ranges, keys and threshold compares work on the 16-bit lanes (32 per
+//      vector, no widened copy; a bfloat16 is the high half of its float32, a float16 magnitude
+//      orders like its float32 one); only the moments widen, in registers. A float16 block's
+//      few subnormals (a zero's key) are counted value by value; blocks with more, or with
+//      NaN/inf, are widened to float32 bits into a 16 KiB L1 buffer and counted as float32.
 //   2. the exponent histogram. Narrow blocks (up to kMaxSweepBins binades): windows of eight
 //      binades from the top down, each key in the window one bit of a byte (a table lookup), the
 //      bits added position by position in carry-save form (two ternary-logic ops per vector);
@@ -183,30 +184,70 @@ AMP_512 u32 reduce_min_epu16(__m512i v) {
   return static_cast<u32>(_mm512_reduce_min_epu32(_mm512_min_epu32(lo, _mm512_srli_epi32(v, 16))));
 }
 
-/// The first pass over a full bfloat16 block, on its 16-bit lanes: |h| = |x| >> 16, the exponent
-/// byte is |h| >> 7, and a bfloat16 in the high half of a 32-bit lane is the float32 value.
-AMP_512 Pass1 pass_block_bf16(const u16* __restrict x, u8* __restrict key, Prefetch& pf) {
+/// float32 bits of a 16-bit source's |bits| (exact).
+template <bool kBF16>
+AMP_512 u32 widen16(u32 h) {
+  return kBF16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h);
+}
+
+/// The first pass over a full float16 or bfloat16 block, on its 16-bit lanes: max and min of |h|
+/// (amax16, amin1_16: the smallest nonzero minus one, 0xFFFF when all are zeros), the moments
+/// (widened in registers) and the keys: the float32 exponent byte of each value, |h| >> 7 for
+/// bfloat16 (a bfloat16 is the high half of its float32), (|h| >> 10) + 112 for a float16 of
+/// nonzero exponent field, 0 for float16 zeros and subnormals (see Subnormals16).
+template <bool kBF16>
+AMP_512 Pass1 pass_block16(const u16* __restrict x, u8* __restrict key, u32& amax16,
+                           u32& amin1_16, Prefetch& pf) {
   const __m512i z = _mm512_setzero_si512(), absm = _mm512_set1_epi16(0x7FFF);
-  const __m512i one = _mm512_set1_epi16(1);
+  const __m512i one = _mm512_set1_epi16(1), rebias = _mm512_set1_epi16(112);
   __m512i mx = z, mn = _mm512_set1_epi16(-1), ksum = z;
+  auto key16 = [&](__m512i a) AMP_512_TARGET {
+    if constexpr (kBF16) return _mm512_srli_epi16(a, 7);
+    const __m512i e = _mm512_srli_epi16(a, 10);
+    return _mm512_mask_add_epi16(e, _mm512_test_epi16_mask(e, e), e, rebias);
+  };
   const Moments M = first_pass(pf, [&](int i, __m512& s, __m512& q) AMP_512_TARGET {
     const __m512i x0 = _mm512_loadu_si512(x + i), x1 = _mm512_loadu_si512(x + i + 32);
     const __m512i a0 = _mm512_and_si512(x0, absm), a1 = _mm512_and_si512(x1, absm);
     mx = _mm512_max_epu16(mx, _mm512_max_epu16(a0, a1));
     mn = _mm512_min_epu16(mn,
                           _mm512_min_epu16(_mm512_sub_epi16(a0, one), _mm512_sub_epi16(a1, one)));
-    const __m512i b = _mm512_packus_epi16(_mm512_srli_epi16(a0, 7), _mm512_srli_epi16(a1, 7));
+    const __m512i b = _mm512_packus_epi16(key16(a0), key16(a1));
     _mm512_store_si512(key + i, b);
     ksum = _mm512_add_epi64(ksum, _mm512_sad_epu8(b, z));
-    moments4(_mm512_castsi512_ps(_mm512_unpacklo_epi16(z, x0)),
-             _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, x0)),
-             _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, x1)),
-             _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, x1)), s, q);
+    if constexpr (kBF16) {  // the order does not matter to the sums
+      moments4(_mm512_castsi512_ps(_mm512_unpacklo_epi16(z, x0)),
+               _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, x0)),
+               _mm512_castsi512_ps(_mm512_unpacklo_epi16(z, x1)),
+               _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, x1)), s, q);
+    } else {
+      moments4(_mm512_cvtph_ps(_mm512_castsi512_si256(x0)),
+               _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x0, 1)),
+               _mm512_cvtph_ps(_mm512_castsi512_si256(x1)),
+               _mm512_cvtph_ps(_mm512_extracti64x4_epi64(x1, 1)), s, q);
+    }
   });
-  const u32 amax = reduce_max_epu16(mx), amin1 = reduce_min_epu16(mn);  // 0xFFFF: all zeros
-  return Pass1{amax << 16, amin1 == 0xFFFFu ? ~0u : ((amin1 + 1) << 16) - 1,
+  amax16 = reduce_max_epu16(mx);
+  amin1_16 = reduce_min_epu16(mn);
+  return Pass1{widen16<kBF16>(amax16),
+               amin1_16 == 0xFFFFu ? ~0u : widen16<kBF16>(amin1_16 + 1) - 1u,
                hsum_pd(_mm512_add_pd(M.s0, M.s1)), hsum_pd(_mm512_add_pd(M.q0, M.q1)),
                _mm512_reduce_add_epi64(ksum)};
+}
+
+/// Finds a float16 block's subnormals (1 <= |h| <= 0x3FF) into `subs`; false when there are
+/// more than Subnormals16::kMax.
+AMP_512 bool find_subnormals16(const u16* __restrict x, Subnormals16& subs) {
+  const __m512i absm = _mm512_set1_epi16(0x7FFF), one = _mm512_set1_epi16(1);
+  const __m512i top = _mm512_set1_epi16(0x3FF);
+  for (int i = 0; i < kBlock; i += 32) {
+    const __m512i a = _mm512_and_si512(_mm512_loadu_si512(x + i), absm);
+    u32 m = _mm512_cmplt_epu16_mask(_mm512_sub_epi16(a, one), top);  // zeros wrap
+    if (m == 0) continue;
+    if (subs.n + __builtin_popcount(m) > Subnormals16::kMax) return false;
+    for (; m != 0; m = _blsr_u32(m)) subs.add(x[i + static_cast<int>(_tzcnt_u32(m))] & 0x7FFFu);
+  }
+  return true;
 }
 
 // ---------------------------------------------------------------- the bits of a block
@@ -229,15 +270,16 @@ AMP_512 void count_lt32(const u32* __restrict x, const int* ks, i64* out, Prefet
   for (int k = 0; k < K; ++k) out[k] = _mm512_reduce_add_epi32(c[k]);
 }
 
-/// The same over bfloat16 bits: |x| < T exactly when |h| < ceil(T / 2^16), T's low half being
-/// what bfloat16 cuts off (16-bit lane counters: at most kBlock / 32 per lane).
-template <int K>
-AMP_512 void count_lt_bf16(const u16* __restrict x, const int* ks, i64* out, Prefetch& pf) {
+/// The same over float16 or bfloat16 bits: |x| < T exactly when |h| < T16 (Thresholds16; 16-bit
+/// lane counters: at most kBlock / 32 per lane).
+template <bool kBF16, int K>
+AMP_512 void count_lt16(const u16* __restrict x, const int* ks, i64* out, Prefetch& pf) {
   static_assert(kBlock / 32 <= 0xFFFF, "16-bit counters");
+  const auto& T16 = kBF16 ? kTh16BF16 : kTh16F16;
   const __m512i absm = _mm512_set1_epi16(0x7FFF), one = _mm512_set1_epi16(1);
   __m512i t[K], c[K];
   for (int k = 0; k < K; ++k) {
-    t[k] = _mm512_set1_epi16(static_cast<short>((kTh[ks[k]] + 0xFFFFu) >> 16));
+    t[k] = _mm512_set1_epi16(static_cast<short>(T16.t[ks[k]]));
     c[k] = _mm512_setzero_si512();
   }
   for (int i = 0; i < kBlock; i += 32) {
@@ -260,17 +302,17 @@ struct Bits32 {
     count_lt32<K>(x, ks, out, pf);
   }
 };
-/// A bfloat16 block in place: pass_block_bf16's key order, float32 bits by shifting.
-struct BitsBF16 {
+/// A float16 or bfloat16 block in place: pass_block16's key order, float32 bits by widening.
+template <bool kBF16>
+struct Bits16 {
   const u16* x;
   static AMP_512 int elem_of(int p) { return (p & 8) * 4 + (p >> 4) * 8 + (p & 7); }
-  AMP_512 u32 abs_bits(int i) const { return static_cast<u32>(x[i] & 0x7FFFu) << 16; }
+  AMP_512 u32 abs_bits(int i) const { return widen16<kBF16>(x[i] & 0x7FFFu); }
   template <int K>
   AMP_512 void count_lt(const int* ks, i64* out, Prefetch& pf) const {
-    count_lt_bf16<K>(x, ks, out, pf);
+    count_lt16<kBF16, K>(x, ks, out, pf);
   }
 };
-
 /// Exact counts below the thresholds ks[0..n) by compare passes (four at a time).
 template <typename Bits>
 AMP_512 void count_lt_all(const Bits& bits, const int* ks, int n, i64* out, Prefetch& pf) {
@@ -489,13 +531,18 @@ AMP_512 bool add_ranges(const Pass1& r, Acc32& A) {
   return true;
 }
 
-/// Everything after the first pass of a fast block: ranges, histogram, thresholds.
+/// Everything after the first pass of a fast block: ranges, histogram, thresholds. `key_min`: the
+/// least key a nonzero value of the block has (float16: 113, its subnormals have a zero's key).
 template <typename Bits>
-AMP_512 void block_counts(const Pass1& r, const u8* key, Bits bits, Prefetch& pf, Acc32& A) {
+AMP_512 void block_counts(const Pass1& r, const u8* key, Bits bits, Prefetch& pf, Acc32& A,
+                          int key_min) {
   if (!add_ranges(r, A)) return;
-  const Keys<Bits> kb{
-      key,       bits, static_cast<int>((r.amin1 + 1u) >> 23), static_cast<int>(r.amax >> 23),
-      r.key_sum, &pf};
+  const Keys<Bits> kb{key,
+                      bits,
+                      std::max(static_cast<int>((r.amin1 + 1u) >> 23), key_min),
+                      static_cast<int>(r.amax >> 23),
+                      r.key_sum,
+                      &pf};
   Counts c;
   if (kb.emax - kb.emin < kMaxSweepBins)
     hist_sweeps(kb, c);
@@ -510,18 +557,19 @@ AMP_512 void block_counts(const Pass1& r, const u8* key, Bits bits, Prefetch& pf
 /// go to the general code, out-of-range moments are summed in double, both on the float32 bits
 /// that `f32()` gives; the others are counted on `bits`.
 template <typename Bits, typename F32>
-AMP_512 void after_pass(Pass1& r, const u8* key, Bits bits, F32 f32, Prefetch& pf, Acc32& A) {
+AMP_512 void after_pass(Pass1& r, const u8* key, Bits bits, F32 f32, Prefetch& pf, Acc32& A,
+                        int key_min = 1) {
   if (r.amax >= kInf32 || r.amin1 < 0x007FFFFFu) {
     block32_general(f32(), kBlock, A);
   } else {
     if (!float_moments_safe(r.amax)) moments_double(f32(), r.sum, r.sum_sq);
-    block_counts(r, key, bits, pf, A);
+    block_counts(r, key, bits, pf, A, key_min);
   }
   pf.drain();
 }
 
-/// A full float32 or float16 block: `load` reads it (float32 bits); `f32` holds those bits for the
-/// later passes (the source itself for float32, the widened buffer for float16).
+/// A full float32 block, or a float16 one widened into `f32` (LoadF16): `load` reads it
+/// (float32 bits); `f32` holds those bits for the later passes.
 template <typename Load>
 AMP_512_TARGET __attribute__((noinline)) void block_avx512(const Load& load, u32* f32, Prefetch pf,
                                                            Acc32& A) {
@@ -531,15 +579,37 @@ AMP_512_TARGET __attribute__((noinline)) void block_avx512(const Load& load, u32
 }
 
 /// A full bfloat16 block, counted in place; widened into `f32` only for the rare blocks that take
-/// the general path or double moments.
+/// the general path (NaN/inf, subnormals) or double moments.
 AMP_512_TARGET __attribute__((noinline)) void block_bf16(const u16* x, u32* f32, Prefetch pf,
                                                          Acc32& A) {
   alignas(64) u8 key[kBlock];
-  Pass1 r = pass_block_bf16(x, key, pf);
-  after_pass(r, key, BitsBF16{x}, [&]() AMP_512_TARGET {
+  u32 amax16, amin1_16;
+  Pass1 r = pass_block16<true>(x, key, amax16, amin1_16, pf);
+  after_pass(r, key, Bits16<true>{x}, [&]() AMP_512_TARGET {
     bf16_to_f32(x, kBlock, f32);
     return f32;
   }, pf, A);
+}
+
+/// A full float16 block, counted in place, its few subnormals (up to Subnormals16::kMax) value by
+/// value. Blocks with NaN/inf, more subnormals or no normal value are widened into `f32` and
+/// counted as float32 (their subnormals are normal float32 values).
+AMP_512_TARGET __attribute__((noinline)) void block_f16(const u16* x, u32* f32, Prefetch pf,
+                                                        Acc32& A) {
+  alignas(64) u8 key[kBlock];
+  u32 amax16, amin1_16;
+  Pass1 r = pass_block16<false>(x, key, amax16, amin1_16, pf);
+  Subnormals16 subs;
+  const bool has_subnormals = amin1_16 < kMinNormalF16 - 1;
+  if (amax16 >= kInfF16 ||
+      (has_subnormals && (amax16 < kMinNormalF16 || !find_subnormals16(x, subs))))
+    return block_avx512(LoadF16{x}, f32, pf, A);
+  // widened float16 values are normal float32 ones: the general path is never needed
+  after_pass(r, key, Bits16<false>{x}, [&]() AMP_512_TARGET {
+    f16_to_f32(x, kBlock, f32);
+    return f32;
+  }, pf, A, /*key_min=*/113);
+  if (has_subnormals) subs.correct(A);
 }
 
 // ---------------------------------------------------------------- drivers
@@ -554,7 +624,7 @@ struct Avx512Kernel {
     if constexpr (kBF16)
       block_bf16(x, scratch, pf, A);
     else
-      block_avx512(LoadF16{x}, scratch, pf, A);
+      block_f16(x, scratch, pf, A);
   }
 };
 

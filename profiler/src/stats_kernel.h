@@ -139,6 +139,59 @@ AMP_INLINE void f16_to_f32(const u16* __restrict src, int n, u32* __restrict dst
   for (int i = 0; i < n; ++i) dst[i] = f16_bits_to_f32(src[i]);
 }
 
+// ---- 16-bit sources read in place (the SIMD builds)
+
+inline constexpr u32 kInfF16 = 0x7C00u, kInfBF16 = 0x7F80u;        // |h| of infinity
+inline constexpr u32 kMinNormalF16 = 0x0400u, kMinNormalBF16 = 0x0080u;  // |h| of the least normal
+
+/// The thresholds in a 16-bit source's own bits: |h| < T16[k] exactly when |float32(h)| < kTh[k],
+/// for every finite h (the conversion is exact and monotonic on magnitudes).
+struct Thresholds16 {
+  u16 t[kNumTh];
+  template <typename Conv>
+  constexpr explicit Thresholds16(Conv conv, u32 inf16) : t{} {
+    for (int k = 0; k < kNumTh; ++k) {  // the first h in [0, inf16] with conv(h) >= T, or inf16
+      u32 lo = 0, hi = inf16;
+      while (lo < hi) {
+        const u32 mid = (lo + hi) / 2;
+        if (conv(mid) < kTh[k])
+          lo = mid + 1;
+        else
+          hi = mid;
+      }
+      t[k] = static_cast<u16>(lo);
+    }
+  }
+};
+inline constexpr Thresholds16 kTh16F16([](u32 h) { return f16_bits_to_f32(h); }, kInfF16);
+inline constexpr Thresholds16 kTh16BF16([](u32 h) { return bf16_bits_to_f32(h); }, kInfBF16);
+
+/// The float16 subnormals of a block read in place, found by a build's own scan: their exponent
+/// field is 0, a zero's key, so the block's histogram and threshold counts took them for zeros;
+/// counted here value by value (a block holding a few, one randn block in five, stays on the
+/// fast path) and moved to their binades and thresholds by correct().
+struct Subnormals16 {
+  static constexpr int kMax = 128;            ///< more than this: the block is converted
+  static constexpr int kLo = 103, kHi = 112;  ///< their float32 exponent bytes (2^-24 .. 2^-15)
+  int n = 0;
+  u32 hist[kHi - kLo + 1] = {};
+  u32 lt[kNumTh] = {};  ///< how many lie below each threshold
+
+  /// One subnormal, |h| in [1, 0x3FF].
+  AMP_INLINE void add(u32 h) {
+    const u32 a = f16_bits_to_f32(h);
+    ++n;
+    ++hist[(a >> 23) - kLo];
+    for (int k = 0; k < kNumTh; ++k) lt[k] += a < kTh[k];
+  }
+  /// Moves them from the zeros (below every threshold) to their binades and thresholds.
+  void correct(Acc32& A) const {
+    A.zeros -= n;
+    for (int k = 0; k < kNumTh; ++k) A.lt[k] -= n - static_cast<i64>(lt[k]);
+    for (int e = kLo; e <= kHi; ++e) A.hist[e - 127 + kOff32] += hist[e - kLo];
+  }
+};
+
 // ---- the portable build (stats_cpu_portable.cpp), also the AVX2 build's fallback for rare blocks
 
 /// Any block of float32 bits (n <= kBlock): the fast path when it applies, the general one else.
