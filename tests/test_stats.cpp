@@ -629,6 +629,19 @@ TEST_P(PerDtype, WideRandom) {
   check_tensor(tensor_of(mixed_values(200000, c.lo, c.hi, 7), c.dt), "wide random");
 }
 
+TEST_P(PerDtype, NonFiniteInEveryBlock) {
+  // A tensor that went non-finite holds NaN/inf in most blocks beside ordinary values: the SIMD
+  // builds set them apart and count the rest on the fast path (each build against the oracle).
+  const auto& c = GetParam();
+  auto t = scaled_normal(50000, 1.0, c.dt, 3);
+  t.index_put_({at::arange(0, t.numel(), 997)}, kInf);
+  t.index_put_({at::arange(5, t.numel(), 1499)}, -kInf);
+  t.index_put_({at::arange(11, t.numel(), 2003)}, kNaN);
+  check_tensor(t, "randn with NaN/inf in every block");
+  check_tensor(t.clamp_min(0), "relu(randn) with NaN/+inf in every block");
+  check_tensor(at::full({8192}, kNaN, t.options()), "all NaN");
+}
+
 TEST_P(PerDtype, PlantedEdges) {
   const auto& c = GetParam();
   check_tensor(tensor_of(edge_values(), c.dt), "edge values");

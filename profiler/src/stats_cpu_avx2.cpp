@@ -12,9 +12,10 @@
 //   3. the format counts from the histogram's cumulative counts: a threshold at a binade's lower
 //      edge needs nothing more; for one inside a populated binade the values of that binade are
 //      compared exactly (by mask and one by one when few, else a compare pass over the block).
-// Blocks with NaN/inf or float32 subnormals (rare in real tensors), bfloat16 blocks with
-// subnormals, float16 blocks with NaN/inf or many subnormals (a few are counted one by one),
-// partial blocks and float64 go to the portable build's code.
+// Blocks with NaN/inf (a tensor that went non-finite) have them set apart (NonFinite) and the
+// rest counted as a float32 block; float16 blocks with many subnormals (a few are counted one by
+// one) are widened to float32; blocks with float32 subnormals (rare in real tensors; bfloat16
+// subnormals are such), partial blocks and float64 go to the portable build's code.
 //
 // Moments: squares and sums are accumulated in float within groups of 128 values (a pairwise tree
 // per lane, then one accumulator per lane over four steps), and each group's partial sums are
@@ -433,10 +434,18 @@ AMP_AVX2_TARGET __attribute__((noinline)) void block32_avx2(const u32* __restric
   static_assert(kBlock % 128 == 0 && kBlock <= 255 * 32, "groups and byte counters");
   alignas(32) u8 key[kBlock];
   Pass1 r = pass32(x, key, pf);
-  // Non-finite values or float32 subnormals: the general block (rare in real tensors).
-  if (r.amax >= kInf32 || r.amin1 < 0x007FFFFFu) {
+  // float32 subnormals (rare in real tensors): the general block
+  if (r.amin1 < 0x007FFFFFu) {
     pf.drain();
     block32_general(x, kBlock, A);
+    return;
+  }
+  if (r.amax >= kInf32) {  // NaN/inf: set apart, the rest on the fast path
+    alignas(32) u32 finite[kBlock];
+    NonFinite nf;
+    nf.zero_into(x, finite);
+    block32_avx2(finite, A, pf);
+    nf.correct(A);
     return;
   }
   if (!float_moments_safe(r.amax))

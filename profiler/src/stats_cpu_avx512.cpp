@@ -18,7 +18,8 @@
 //      binade (not at its lower edge) needs the values of that binade compared: one scan by mask
 //      finds the values of sparse binades and of the binades left by the sweeps (value by value),
 //      and dense binades take a compare pass (four thresholds per pass).
-// Blocks with NaN/inf or float32 subnormals, partial blocks and float64 go to the portable code.
+// Blocks with NaN/inf have them set apart (NonFinite) and the rest counted as a float32 block;
+// blocks with float32 subnormals, partial blocks and float64 go to the portable code.
 //
 // Moments: as the AVX2 build, float within groups of 128 values (a pairwise tree per lane, two
 // steps per group), double across groups; the same error bound holds (fewer roundings per lane).
@@ -553,14 +554,26 @@ AMP_512 void block_counts(const Pass1& r, const u8* key, Bits bits, Prefetch& pf
   for (int e = kb.emin; e <= kb.emax; ++e) A.hist[e - 127 + kOff32] += c.hb[e];
 }
 
-/// The rest of a full block after its first pass: blocks with NaN/inf or float32 subnormals (rare)
-/// go to the general code, out-of-range moments are summed in double, both on the float32 bits
-/// that `f32()` gives; the others are counted on `bits`.
+template <typename Load>
+AMP_512_TARGET __attribute__((noinline)) void block_avx512(const Load& load, u32* f32, Prefetch pf,
+                                                           Acc32& A);
+
+/// The rest of a full block after its first pass: blocks with float32 subnormals (rare) go to the
+/// general code; NaN/inf are set apart and the rest counted as a float32 block; out-of-range
+/// moments are summed in double; all three on the float32 bits that `f32()` gives. The others
+/// are counted on `bits`.
 template <typename Bits, typename F32>
 AMP_512 void after_pass(Pass1& r, const u8* key, Bits bits, F32 f32, Prefetch& pf, Acc32& A,
                         int key_min = 1) {
-  if (r.amax >= kInf32 || r.amin1 < 0x007FFFFFu) {
+  if (r.amin1 < 0x007FFFFFu) {
     block32_general(f32(), kBlock, A);
+  } else if (r.amax >= kInf32) {
+    alignas(64) u32 finite[kBlock];
+    NonFinite nf;
+    nf.zero_into(f32(), finite);
+    block_avx512(Load32{finite}, finite, pf, A);
+    nf.correct(A);
+    return;
   } else {
     if (!float_moments_safe(r.amax)) moments_double(f32(), r.sum, r.sum_sq);
     block_counts(r, key, bits, pf, A, key_min);

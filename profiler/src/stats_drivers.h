@@ -47,6 +47,34 @@ struct Prefetch {
   }
 };
 
+/// The NaN and infinities of a block of float32 bits, set apart so that the rest takes the fast
+/// path: a real tensor that went non-finite usually holds some in every block (a NaN run, a
+/// GradScaler's overflowed gradients), and the general block costs ~20 times the fast one.
+struct NonFinite {
+  i64 nan = 0, posinf = 0, neginf = 0;
+
+  /// Copies the block into `dst` with NaN/inf as +0 (zeros are counted below every threshold
+  /// and outside the histogram and moments), counting them.
+  AMP_SIMD_INLINE void zero_into(const u32* __restrict src, u32* __restrict dst) {
+    i32 n = 0, p = 0, m = 0;
+    for (int i = 0; i < kBlock; ++i) {
+      const u32 x = src[i], a = x & kAbs32;
+      n += a > kInf32;
+      p += x == kInf32;
+      m += x == (kInf32 | 0x80000000u);
+      dst[i] = a >= kInf32 ? 0u : x;
+    }
+    nan = n, posinf = p, neginf = m;
+  }
+  /// The block's counts, taken on the copy, corrected: they were zeros there.
+  void correct(Acc32& A) const {
+    const i64 all = nan + posinf + neginf;
+    A.nan += nan, A.posinf += posinf, A.neginf += neginf;
+    A.zeros -= all;
+    for (int k = 0; k < kNumTh; ++k) A.lt[k] -= all;
+  }
+};
+
 /// Hands each block of a view to `block(ptr, n, prefetch)`: contiguous views in place (with a
 /// later block to prefetch), strided ones gathered into `buf`.
 template <typename T, typename Block>
