@@ -546,6 +546,24 @@ TEST(StatsBlock, ExpHist) {
   EXPECT_FALSE(a == b);
   EXPECT_TRUE(ExpHist{} == ExpHist{});
   EXPECT_FALSE(a == ExpHist{});
+  // add_bins against bin-by-bin adds: zero edges are not stored, ranges grow either way
+  std::mt19937_64 rng(9);
+  for (int trial = 0; trial < 200; ++trial) {
+    ExpHist bulk, one;
+    for (int k = 0; k < 3; ++k) {
+      const int lo = static_cast<int>(rng() % 60) - 30, n = static_cast<int>(rng() % 12);
+      std::vector<std::int64_t> counts(static_cast<std::size_t>(n));
+      for (auto& c : counts) c = rng() % 3 == 0 ? 0 : static_cast<std::int64_t>(rng() % 5);
+      bulk.add_bins(lo, counts.data(), n);
+      for (int i = 0; i < n; ++i) one.add(lo + i, counts[static_cast<std::size_t>(i)]);
+    }
+    ASSERT_TRUE(bulk == one) << "trial " << trial;
+    ASSERT_EQ(bulk.empty(), one.empty());
+    if (!bulk.empty()) {
+      EXPECT_NE(bulk.at(bulk.lo()), 0);
+      EXPECT_NE(bulk.at(bulk.hi() - 1), 0);
+    }
+  }
 }
 
 TEST(StatsBlock, MeanRmsMerge) {

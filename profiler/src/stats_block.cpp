@@ -8,37 +8,37 @@ namespace ampscope {
 
 // ---------------------------------------------------------------- ExpHist
 
-void ExpHist::add(int e, std::int64_t n) {
-  if (n == 0) return;
+void ExpHist::cover(int lo, int hi) {
   if (bins_.empty()) {
-    lo_ = e;
-    bins_.assign(1, n);
+    lo_ = lo;
+    bins_.assign(static_cast<std::size_t>(hi - lo), 0);
     return;
   }
-  if (e < lo_) {
-    bins_.insert(bins_.begin(), static_cast<std::size_t>(lo_ - e), 0);
-    lo_ = e;
-  } else if (e >= hi()) {
-    bins_.resize(static_cast<std::size_t>(e - lo_ + 1), 0);
-  }
+  const int new_lo = std::min(lo, lo_), new_hi = std::max(hi, this->hi());
+  if (new_lo == lo_ && new_hi == this->hi()) return;
+  std::vector<std::int64_t> grown(static_cast<std::size_t>(new_hi - new_lo), 0);
+  std::copy(bins_.begin(), bins_.end(), grown.begin() + (lo_ - new_lo));
+  bins_.swap(grown);
+  lo_ = new_lo;
+}
+
+void ExpHist::add(int e, std::int64_t n) {
+  if (n == 0) return;
+  cover(e, e + 1);
   bins_[static_cast<std::size_t>(e - lo_)] += n;
 }
 
+void ExpHist::add_bins(int lo, const std::int64_t* counts, int n) {
+  int first = 0, last = n;
+  while (first < last && counts[first] == 0) ++first;
+  while (last > first && counts[last - 1] == 0) --last;
+  if (first == last) return;
+  cover(lo + first, lo + last);
+  for (int i = first; i < last; ++i) bins_[static_cast<std::size_t>(lo + i - lo_)] += counts[i];
+}
+
 void ExpHist::merge(const ExpHist& other) {
-  if (other.bins_.empty()) return;
-  if (bins_.empty()) {
-    *this = other;
-    return;
-  }
-  const int new_lo = std::min(lo_, other.lo_);
-  const int new_hi = std::max(hi(), other.hi());
-  if (new_lo < lo_) {
-    bins_.insert(bins_.begin(), static_cast<std::size_t>(lo_ - new_lo), 0);
-    lo_ = new_lo;
-  }
-  if (static_cast<int>(bins_.size()) < new_hi - lo_) bins_.resize(static_cast<std::size_t>(new_hi - lo_), 0);
-  for (std::size_t i = 0; i < other.bins_.size(); ++i)
-    bins_[static_cast<std::size_t>(other.lo_ - lo_) + i] += other.bins_[i];
+  add_bins(other.lo_, other.bins_.data(), static_cast<int>(other.bins_.size()));
 }
 
 std::int64_t ExpHist::at(int e) const {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "stats_block64.h"
 #include "stats_gather.h"
@@ -208,10 +209,8 @@ void finish(const Acc<NBins>& A, bool f64, Stats& out) {
     s.subnormal[f] = lt_s - le_u;
     s.overflow[f] = (A.count - lt_o) - nonfinite;
   }
-  const int off = f64 ? kOff64 : kOff32;
-  for (int b = 0; b < NBins; ++b)
-    if (A.hist[b] != 0) s.exp_hist.add(b - off, A.hist[b]);
   out.merge(s);
+  out.exp_hist.add_bins(-(f64 ? kOff64 : kOff32), A.hist, NBins);
 }
 
 }  // namespace
@@ -228,13 +227,14 @@ namespace {
 template <typename T, typename Block>
 void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Block&& block) {
   const bool contig = v.is_contiguous();
-  Gather g(v, contig ? 0 : begin, sizeof(T));
+  std::optional<Gather> g;  // strided views only (its index vectors are allocations)
+  if (!contig) g.emplace(v, begin, sizeof(T));
   const T* base = static_cast<const T*>(v.data) + (contig ? begin : 0);
   for (i64 pos = begin; pos < end; pos += kBlock) {
     const int n = static_cast<int>(std::min<i64>(kBlock, end - pos));
     const T* src = base + (pos - begin);
     if (!contig) {
-      g.next(n, buf);
+      g->next(n, buf);
       src = buf;
     }
     block(src, n);
@@ -242,7 +242,7 @@ void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf, Block&& blo
 }
 
 void run16(const TensorView& v, i64 begin, i64 end, bool bf16, Stats& out) {
-  auto A = std::make_unique<Acc32>();
+  Acc32 A;  // on the stack: a heap one was an allocation per chunk read
   alignas(64) u32 buf[kBlock];
   alignas(64) u16 raw[kBlock];
   for_each_block(v, begin, end, raw, [&](const u16* src, int n) {
@@ -250,16 +250,16 @@ void run16(const TensorView& v, i64 begin, i64 end, bool bf16, Stats& out) {
       bf16_to_f32(src, n, buf);
     else
       f16_to_f32(src, n, buf);
-    block32_portable(buf, n, *A);
+    block32_portable(buf, n, A);
   });
-  finish32(*A, out);
+  finish32(A, out);
 }
 
 void run32(const TensorView& v, i64 begin, i64 end, Stats& out) {
-  auto A = std::make_unique<Acc32>();
+  Acc32 A;  // on the stack: a heap one was an allocation per chunk read
   alignas(64) u32 buf[kBlock];
-  for_each_block(v, begin, end, buf, [&](const u32* src, int n) { block32_portable(src, n, *A); });
-  finish32(*A, out);
+  for_each_block(v, begin, end, buf, [&](const u32* src, int n) { block32_portable(src, n, A); });
+  finish32(A, out);
 }
 
 void run64(const TensorView& v, i64 begin, i64 end, Stats& out) {

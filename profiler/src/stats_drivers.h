@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <optional>
 
 #include "stats_block64.h"
 #include "stats_gather.h"
@@ -82,14 +83,15 @@ AMP_SIMD_INLINE void for_each_block(const TensorView& v, i64 begin, i64 end, T* 
                                     Block&& block) {
   const bool contig = v.is_contiguous();
   const i64 total = v.numel();
-  Gather g(v, contig ? 0 : begin, sizeof(T));
+  std::optional<Gather> g;  // strided views only (its index vectors are allocations)
+  if (!contig) g.emplace(v, begin, sizeof(T));
   const T* base = static_cast<const T*>(v.data) + (contig ? begin : 0);
   for (i64 pos = begin; pos < end; pos += kBlock) {
     const int n = static_cast<int>(std::min<i64>(kBlock, end - pos));
     const T* src = base + (pos - begin);
     Prefetch pf;
     if (!contig) {
-      g.next(n, buf);
+      g->next(n, buf);
       src = buf;
     } else {
       // ahead within the whole tensor, not just [begin, end): a chunk of a split tensor is as
@@ -106,30 +108,30 @@ AMP_SIMD_INLINE void for_each_block(const TensorView& v, i64 begin, i64 end, T* 
 template <typename Kernel, bool kBF16>
 AMP_SIMD_TARGET void run16(const TensorView& v, i64 begin, i64 end, Stats& out) {
   const FlushToZeroScope ftz;
-  auto A = std::make_unique<Acc32>();
+  Acc32 A;  // on the stack: a heap one was an allocation per chunk read
   alignas(64) u16 raw[kBlock];
   alignas(64) u32 buf[kBlock];
   for_each_block(v, begin, end, raw, [&](const u16* src, int n, Prefetch pf) AMP_SIMD_TARGET {
-    if (n == kBlock) return Kernel::template block16<kBF16>(src, buf, pf, *A);
+    if (n == kBlock) return Kernel::template block16<kBF16>(src, buf, pf, A);
     if constexpr (kBF16)
       bf16_to_f32(src, n, buf);
     else
       f16_to_f32(src, n, buf);
-    block32_portable(buf, n, *A);
+    block32_portable(buf, n, A);
   });
-  finish32(*A, out);
+  finish32(A, out);
 }
 
 template <typename Kernel>
 AMP_SIMD_TARGET void run32(const TensorView& v, i64 begin, i64 end, Stats& out) {
   const FlushToZeroScope ftz;
-  auto A = std::make_unique<Acc32>();
+  Acc32 A;  // on the stack: a heap one was an allocation per chunk read
   alignas(64) u32 buf[kBlock];
   for_each_block(v, begin, end, buf, [&](const u32* src, int n, Prefetch pf) AMP_SIMD_TARGET {
-    if (n == kBlock) return Kernel::block32(src, pf, *A);
-    block32_portable(src, n, *A);
+    if (n == kBlock) return Kernel::block32(src, pf, A);
+    block32_portable(src, n, A);
   });
-  finish32(*A, out);
+  finish32(A, out);
 }
 
 /// float64: the portable block, compiled here for the build's ISA.

@@ -24,6 +24,9 @@ class ExpHist {
   void add(int e, std::int64_t n = 1);
   /// Adds every bin of `other`.
   void merge(const ExpHist& other);
+  /// Adds counts[i] values of exponent lo + i, i in [0, n) (zero counts at either end are not
+  /// stored). The storage grows at most once.
+  void add_bins(int lo, const std::int64_t* counts, int n);
   /// Count in bin `e` (0 outside the range seen).
   std::int64_t at(int e) const;
   /// Sum of all bins.
@@ -37,6 +40,9 @@ class ExpHist {
   bool operator==(const ExpHist& o) const;
 
  private:
+  /// Makes bins [lo, hi) addressable (one allocation at most).
+  void cover(int lo, int hi);
+
   int lo_ = 0;
   std::vector<std::int64_t> bins_;
 };
