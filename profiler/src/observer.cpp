@@ -443,6 +443,15 @@ class ParamLayers {
     auto it = by_impl_.find(t.unsafeGetTensorImpl());
     return it != by_impl_.end() && !it->second.param.expired() ? it->second.layer : -1;
   }
+  /// The parameters still alive, with their layers.
+  std::vector<std::pair<at::Tensor, LayerId>> live() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::pair<at::Tensor, LayerId>> out;
+    out.reserve(by_impl_.size());
+    for (auto& [impl, e] : by_impl_)
+      if (auto p = e.param.lock()) out.emplace_back(at::Tensor(std::move(p)), e.layer);
+    return out;
+  }
   void drop_freed() {
     std::lock_guard<std::mutex> lock(mu_);
     for (auto it = by_impl_.begin(); it != by_impl_.end();)
@@ -965,6 +974,55 @@ NonFiniteRecord parameter_write_record(const Call& call, LayerId layer, const St
   return rec;
 }
 
+/// The parameters' versions when a recorded optimizer step began: the ones it wrote are those
+/// whose version moved (a parameter of another model, or one this optimizer does not own, is
+/// left alone).
+std::unordered_map<const c10::TensorImpl*, std::uint32_t>& versions_before_step() {
+  static std::unordered_map<const c10::TensorImpl*, std::uint32_t> v;
+  return v;
+}
+
+bool is_wide_cpu_parameter(const at::Tensor& p) {
+  return is_floating(p) && !is_low_precision(static_cast<std::int8_t>(p.scalar_type())) &&
+         p.device().is_cpu();
+}
+
+void note_versions_before_step() {
+  auto& before = versions_before_step();
+  before.clear();
+  for (const auto& [param, layer] : param_layers().live())
+    if (is_wide_cpu_parameter(param)) before[param.unsafeGetTensorImpl()] = param._version();
+}
+
+/// The end of a recorded optimizer step, whose float32/float64 outputs were not read
+/// (wide_optimizer_output): a wide parameter it wrote and left non-finite, with no origin known
+/// (gradients carrying NaN/Inf to the optimizer made the run's origin known before it ran), is
+/// its work. Named as the step's, in the parameter's layer: which op made the value is not known.
+void check_stepped_parameters(std::int64_t step) {
+  auto& g = global();
+  auto& before = versions_before_step();
+  if (g.have_first_nonfinite.load(std::memory_order_acquire)) return before.clear();
+  OwnWork own;
+  for (const auto& [param, layer] : param_layers().live()) {
+    const auto it = before.find(param.unsafeGetTensorImpl());
+    if (it == before.end() || it->second == param._version() || !is_wide_cpu_parameter(param) ||
+        !cached_has_nonfinite(param, step))
+      continue;
+    NonFiniteRecord rec;
+    rec.step = step;
+    rec.phase = Phase::kOptimizer;
+    rec.layer = layer;
+    rec.op = "optimizer step (parameters of this layer became non-finite)";
+    const Stats out = cached_stats(param, step);
+    rec.nan = out.nan > 0;
+    rec.compute_dtype = static_cast<std::int8_t>(param.scalar_type());
+    rec.output_stats = out;
+    set_first_harmful(std::move(rec), "parameter");
+    break;
+  }
+  before.clear();
+}
+
 /// A forward call created NaN/Inf from finite inputs: the autograd nodes it made (sequence
 /// numbers from its start to now) will meet them again in backward.
 void note_forward_creation(const at::RecordFunction& fn, const Call& call) {
@@ -1112,9 +1170,11 @@ OpKey forward_key(const Call& call, const std::vector<c10::IValue>& outputs) {
 }
 
 /// An optimizer's float32/float64 arithmetic (master weights, optimizer state): its values are
-/// not a precision question, and each parameter's values have their own stats block at the
-/// optimizer step (params[].values), so its outputs get the sentinel's check only, whatever
-/// the step (a third of a recorded step's reads in an AdamW loop). Low-precision optimizer
+/// not a precision question. On a recorded step its outputs are not read at all (each op's
+/// finiteness scan was ~22 M elements a step in an AdamW loop, a third of the step's reads);
+/// the parameters are checked once when the step ends (check_stepped_parameters), so a NaN it
+/// makes is named as that optimizer step's, in the parameter's layer, as on a watched step.
+/// Unsampled steps under the per-op sentinel still check every output. Low-precision optimizer
 /// outputs keep their stats.
 bool wide_optimizer_output(const Call& call, const OpKey& key) {
   return call.phase == Phase::kOptimizer && key.output_dtype >= 0 &&
@@ -1136,9 +1196,9 @@ void finish_op(const at::RecordFunction& fn, Call& call, ThreadState& t, const O
   if (call.info->cast && !passthrough) finish_cast(call, outputs);
   if (!call.sentinel && !wide_optimizer_output(call, key)) {
     if (!passthrough) agg.stats = stats_of(outputs);
-  } else if (!passthrough && !all_finite(outputs)) {
+  } else if (call.sentinel && !passthrough && !all_finite(outputs)) {
     agg.stats = stats_of(outputs);  // rare: the full block of the non-finite output
-  }
+  }  // (a recorded step's wide optimizer outputs: check_stepped_parameters at the step's end)
   if (agg.stats.nonfinite() > 0) {
     on_nonfinite_output(fn, call, key, agg, t);
   } else if (call.info->view) {
@@ -1397,11 +1457,16 @@ void Observer::push_phase(Phase p) {
   if (p == Phase::kOptimizer) {
     detail::global().after_backward.store(false, std::memory_order_relaxed);
     detail::global().optimizer_stepped.store(true, std::memory_order_relaxed);
+    if (sampling_now()) detail::note_versions_before_step();
   }
   detail::tls.phases.push_back(p);
 }
 void Observer::pop_phase() {
-  if (!detail::tls.phases.empty()) detail::tls.phases.pop_back();
+  if (detail::tls.phases.empty()) return;
+  const Phase p = detail::tls.phases.back();
+  detail::tls.phases.pop_back();
+  if (p == Phase::kOptimizer && detail::global().running.load() && sampling_now())
+    detail::check_stepped_parameters(detail::global().step.load());
 }
 
 bool Observer::nonfinite_seen() {

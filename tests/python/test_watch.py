@@ -274,6 +274,32 @@ def test_parameters_an_unobserved_optimizer_step_wrote_are_blamed_on_it():
     assert watched["layer"] in ("0", "2")
 
 
+def test_a_recorded_optimizer_steps_nan_is_found_when_the_step_ends():
+    """A recorded step does not read an optimizer's float32 outputs op by op: the parameters are
+    checked once when the step ends. A NaN the optimizer makes on the run's last step (no forward
+    reads the weights after it) is still found, at that step, in the parameter's layer. Oracle:
+    the weights themselves."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    data = [(torch.randn(8, 16), torch.randn(8, 1)) for _ in range(3)]
+    with ampscope.profile(model=model, out=None, every=1) as prof:
+        for step, (x, y) in enumerate(data):
+            if step == 2:
+                opt.param_groups[0]["lr"] = float("inf")
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+            opt.step()
+    assert not all(torch.isfinite(p).all() for p in model.parameters())  # the NaN is real
+    e = prof.report["first_nonfinite"]
+    assert (e["step"], e["phase"]) == (2, "optimizer"), e
+    assert e["layer"] in ("0", "2") and e["op"].startswith("optimizer step"), e
+    # the optimizer's ops are still recorded (calls), their float32 outputs not read
+    assert any(o["phase"] == "optimizer" for l in prof.report["layers"] for o in l["ops"])
+
+
 def test_a_dead_models_parameters_are_not_taken_for_a_later_tensors():
     """Parameters are known by their TensorImpl. A model profiled and freed must not make a
     later tensor at one of its parameters' addresses a "parameter an unobserved optimizer step
