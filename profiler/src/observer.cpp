@@ -163,6 +163,9 @@ struct ThreadState {
   std::unordered_map<std::string, OpInfo> by_name;      // autograd node names are not
   int replaying = 0;  // Observer::begin_replay depth: the per-op sentinel runs whatever the step
   int quiet_at = -1;  // depth of the event below which RecordFunction is off (quiet_children)
+  /// A recorded optimizer step running on this thread: its wide parameters and their versions
+  /// when it began (check_stepped_parameters).
+  std::vector<std::pair<at::Tensor, std::uint32_t>> stepped;
   bool busy = false;  // inside OwnWork: the ops that run are the observer's own
   int graph_task = -2;                                  // the backward pass `producers` is of
   int loss_task = -2;                                   // the backward pass whose loss was checked
@@ -974,53 +977,38 @@ NonFiniteRecord parameter_write_record(const Call& call, LayerId layer, const St
   return rec;
 }
 
-/// The parameters' versions when a recorded optimizer step began: the ones it wrote are those
-/// whose version moved (a parameter of another model, or one this optimizer does not own, is
-/// left alone).
-std::unordered_map<const c10::TensorImpl*, std::uint32_t>& versions_before_step() {
-  static std::unordered_map<const c10::TensorImpl*, std::uint32_t> v;
-  return v;
-}
-
-bool is_wide_cpu_parameter(const at::Tensor& p) {
-  return is_floating(p) && !is_low_precision(static_cast<std::int8_t>(p.scalar_type())) &&
-         p.device().is_cpu();
-}
-
-void note_versions_before_step() {
-  auto& before = versions_before_step();
-  before.clear();
+/// A recorded optimizer step begins on thread `t`: its wide CPU parameters and their versions
+/// (the ones it writes are those whose version moves; another model's are left alone).
+void note_versions_before_step(ThreadState& t) {
+  t.stepped.clear();
   for (const auto& [param, layer] : param_layers().live())
-    if (is_wide_cpu_parameter(param)) before[param.unsafeGetTensorImpl()] = param._version();
+    if (is_floating(param) && !is_low_precision(static_cast<std::int8_t>(param.scalar_type())) &&
+        param.device().is_cpu())
+      t.stepped.emplace_back(param, param._version());
 }
 
 /// The end of a recorded optimizer step, whose float32/float64 outputs were not read
 /// (wide_optimizer_output): a wide parameter it wrote and left non-finite, with no origin known
 /// (gradients carrying NaN/Inf to the optimizer made the run's origin known before it ran), is
 /// its work. Named as the step's, in the parameter's layer: which op made the value is not known.
-void check_stepped_parameters(std::int64_t step) {
-  auto& g = global();
-  auto& before = versions_before_step();
-  if (g.have_first_nonfinite.load(std::memory_order_acquire)) return before.clear();
+void check_stepped_parameters(ThreadState& t, std::int64_t step) {
+  std::vector<std::pair<at::Tensor, std::uint32_t>> stepped;
+  stepped.swap(t.stepped);
+  if (global().have_first_nonfinite.load(std::memory_order_acquire)) return;
   OwnWork own;
-  for (const auto& [param, layer] : param_layers().live()) {
-    const auto it = before.find(param.unsafeGetTensorImpl());
-    if (it == before.end() || it->second == param._version() || !is_wide_cpu_parameter(param) ||
-        !cached_has_nonfinite(param, step))
-      continue;
+  for (const auto& [param, version] : stepped) {
+    if (param._version() == version || !cached_has_nonfinite(param, step)) continue;
     NonFiniteRecord rec;
     rec.step = step;
     rec.phase = Phase::kOptimizer;
-    rec.layer = layer;
+    rec.layer = param_layers().of(param);
     rec.op = "optimizer step (parameters of this layer became non-finite)";
     const Stats out = cached_stats(param, step);
     rec.nan = out.nan > 0;
     rec.compute_dtype = static_cast<std::int8_t>(param.scalar_type());
     rec.output_stats = out;
-    set_first_harmful(std::move(rec), "parameter");
-    break;
+    return set_first_harmful(std::move(rec), "parameter");
   }
-  before.clear();
 }
 
 /// A forward call created NaN/Inf from finite inputs: the autograd nodes it made (sequence
@@ -1457,7 +1445,7 @@ void Observer::push_phase(Phase p) {
   if (p == Phase::kOptimizer) {
     detail::global().after_backward.store(false, std::memory_order_relaxed);
     detail::global().optimizer_stepped.store(true, std::memory_order_relaxed);
-    if (sampling_now()) detail::note_versions_before_step();
+    if (sampling_now()) detail::note_versions_before_step(detail::tls);
   }
   detail::tls.phases.push_back(p);
 }
@@ -1465,8 +1453,8 @@ void Observer::pop_phase() {
   if (detail::tls.phases.empty()) return;
   const Phase p = detail::tls.phases.back();
   detail::tls.phases.pop_back();
-  if (p == Phase::kOptimizer && detail::global().running.load() && sampling_now())
-    detail::check_stepped_parameters(detail::global().step.load());
+  if (p == Phase::kOptimizer && !detail::tls.stepped.empty())
+    detail::check_stepped_parameters(detail::tls, detail::global().step.load());
 }
 
 bool Observer::nonfinite_seen() {
