@@ -192,6 +192,43 @@ TEST_F(ObserverTest, UninitializedOutputsCarryNoStats) {
   EXPECT_EQ(empty.stats.count, 0);  // whatever the memory held is not the model's data
 }
 
+// detach_, requires_grad_, t_... rewrite metadata, not values: no stats pass (libtorch's
+// Optimizer::zero_grad detaches every gradient each step), and NaN they pass on keeps the
+// origin of the op that made it. An in-place op that writes values keeps its stats.
+TEST_F(ObserverTest, MetadataInPlaceOpsTakeNoStatsPass) {
+  Session session;
+  session.start();
+  auto x = torch::randn({16, 8});
+  auto y = torch::randn({16, 8});
+  {
+    LayerScope s("make");
+    x = torch::log(x);  // NaN where x < 0
+    y = torch::mul(y, 3.0);
+  }
+  ASSERT_TRUE(x.isnan().any().item<bool>());
+  {
+    LayerScope s("meta");
+    x.detach_();
+    x.t_();
+    y.requires_grad_();
+    y.detach_();
+    y.mul_(2.0);
+  }
+  session.stop();
+  const Report r = session.report();
+  const auto& meta = layer(r, "meta");
+  for (const char* op : {"aten::detach_", "aten::t_"}) {
+    for (const auto* e : ops_named(meta, op)) EXPECT_EQ(e->stats.count, 0) << op;
+    EXPECT_FALSE(ops_named(meta, op).empty()) << op;
+  }
+  const auto& mul = only_op(meta, "aten::mul_");
+  EXPECT_EQ(mul.stats.count, y.numel());
+  EXPECT_DOUBLE_EQ(mul.stats.absmax, y.abs().max().item<double>());
+  EXPECT_EQ(only_op(layer(r, "make"), "aten::log").nonfinite_from_finite, 1);
+  for (const char* op : {"aten::detach_", "aten::t_"})
+    for (const auto* e : ops_named(meta, op)) EXPECT_EQ(e->nonfinite_from_finite, 0) << op;
+}
+
 struct TwoLayer : torch::nn::Module {
   torch::nn::Linear fc1{nullptr}, fc2{nullptr};
   TwoLayer() {

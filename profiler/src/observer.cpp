@@ -15,6 +15,7 @@
 #include <torch/csrc/autograd/functions/accumulate_grad.h>
 #include <torch/csrc/autograd/graph_task.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -51,8 +52,9 @@ struct OpInfo {
   bool internal = false;       ///< ampscope's own ops (the Python bridge): never recorded
   bool filtered_out = false;   ///< excluded by ObserverOptions::ops: never recorded
   /// Returns a view of an input (schema alias, not written: view, t, transpose, expand,
-  /// reshape...): its values were counted where they were produced, so no stats pass. Casts
-  /// (aten::to may alias too) are not views: a cast can overflow.
+  /// reshape...) or rewrites only an input's metadata (detach_, t_: value_preserving_inplace):
+  /// its values were counted where they were produced, so no stats pass. Casts (aten::to may
+  /// alias too) are not views: a cast can overflow.
   bool view = false;
 };
 
@@ -78,6 +80,17 @@ bool returns_view(const c10::OperatorHandle& op) {
   return alias != nullptr && !alias->isWrite();
 }
 
+/// In-place ops that change an input's autograd state or shape but no value. libtorch's
+/// Optimizer::zero_grad calls detach_ on every gradient: a stats pass there re-read all of them
+/// each step (a tenth of a C++ bfloat16 step's reads).
+bool value_preserving_inplace(std::string_view name) {
+  static constexpr std::string_view kOps[] = {
+      "aten::detach_",  "aten::requires_grad_", "aten::t_",         "aten::transpose_",
+      "aten::squeeze_", "aten::unsqueeze_",     "aten::swapdims_",  "aten::swapaxes_",
+      "aten::as_strided_"};
+  return std::find(std::begin(kOps), std::end(kOps), name) != std::end(kOps);
+}
+
 OpInfo make_info(const at::RecordFunction& fn, std::string_view name) {
   OpInfo info;
   info.id = global().ops.intern(name);
@@ -98,6 +111,7 @@ OpInfo make_info(const at::RecordFunction& fn, std::string_view name) {
       info.view = !info.cast && returns_view(*handle);
     }
   }
+  info.view = info.view || value_preserving_inplace(name);
   return info;
 }
 
