@@ -473,10 +473,7 @@ struct Src16 {
   /// Keys of 32 elements (two vectors v0, v1) are packed per 128-bit lane: v0 0-7, v1 0-7 |
   /// v0 8-15, v1 8-15.
   AMP_AVX2 static int elem(int p) { return ((p >> 3) & 1) * 16 + (p >> 4) * 8 + (p & 7); }
-  AMP_AVX2 u32 abs32(int i) const {
-    const u32 h = x[i] & 0x7FFFu;
-    return kBF16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h);
-  }
+  AMP_AVX2 u32 abs32(int i) const { return bits16_to_f32<kBF16>(x[i] & 0x7FFFu); }
   template <int K>
   AMP_AVX2 void count_lt(const int* ks, i64* out) const {
     const auto& T16 = kBF16 ? kTh16BF16 : kTh16F16;
@@ -560,8 +557,8 @@ AMP_AVX2 Pass1 pass16(const u16* __restrict x, u8* __restrict key, u32& amax16, 
   }
   amax16 = hmax_epu16(mx);
   amin1_16 = hmin_epu16(mn);
-  auto to32 = [](u32 h) { return kBF16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h); };
-  return Pass1{to32(amax16), amin1_16 == 0xFFFFu ? ~0u : to32(amin1_16 + 1) - 1u, M.sum(),
+  return Pass1{bits16_to_f32<kBF16>(amax16),
+               amin1_16 == 0xFFFFu ? ~0u : bits16_to_f32<kBF16>(amin1_16 + 1) - 1u, M.sum(),
                M.sum_sq(), static_cast<i64>(hsum_epi64(ksum))};
 }
 

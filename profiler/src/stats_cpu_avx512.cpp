@@ -185,12 +185,6 @@ AMP_512 u32 reduce_min_epu16(__m512i v) {
   return static_cast<u32>(_mm512_reduce_min_epu32(_mm512_min_epu32(lo, _mm512_srli_epi32(v, 16))));
 }
 
-/// float32 bits of a 16-bit source's |bits| (exact).
-template <bool kBF16>
-AMP_512 u32 widen16(u32 h) {
-  return kBF16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h);
-}
-
 /// The first pass over a full float16 or bfloat16 block, on its 16-bit lanes: max and min of |h|
 /// (amax16, amin1_16: the smallest nonzero minus one, 0xFFFF when all are zeros), the moments
 /// (widened in registers) and the keys: the float32 exponent byte of each value, |h| >> 7 for
@@ -230,8 +224,8 @@ AMP_512 Pass1 pass_block16(const u16* __restrict x, u8* __restrict key, u32& ama
   });
   amax16 = reduce_max_epu16(mx);
   amin1_16 = reduce_min_epu16(mn);
-  return Pass1{widen16<kBF16>(amax16),
-               amin1_16 == 0xFFFFu ? ~0u : widen16<kBF16>(amin1_16 + 1) - 1u,
+  return Pass1{bits16_to_f32<kBF16>(amax16),
+               amin1_16 == 0xFFFFu ? ~0u : bits16_to_f32<kBF16>(amin1_16 + 1) - 1u,
                hsum_pd(_mm512_add_pd(M.s0, M.s1)), hsum_pd(_mm512_add_pd(M.q0, M.q1)),
                _mm512_reduce_add_epi64(ksum)};
 }
@@ -308,7 +302,7 @@ template <bool kBF16>
 struct Bits16 {
   const u16* x;
   static AMP_512 int elem_of(int p) { return (p & 8) * 4 + (p >> 4) * 8 + (p & 7); }
-  AMP_512 u32 abs_bits(int i) const { return widen16<kBF16>(x[i] & 0x7FFFu); }
+  AMP_512 u32 abs_bits(int i) const { return bits16_to_f32<kBF16>(x[i] & 0x7FFFu); }
   template <int K>
   AMP_512 void count_lt(const int* ks, i64* out, Prefetch& pf) const {
     count_lt16<kBF16, K>(x, ks, out, pf);

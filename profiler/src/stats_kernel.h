@@ -131,6 +131,11 @@ AMP_INLINE_CE u32 f16_bits_to_f32(u32 h) {
 }
 /// bfloat16 bits -> float32 bits: exact by construction.
 AMP_INLINE_CE u32 bf16_bits_to_f32(u32 h) { return h << 16; }
+/// float32 bits of a 16-bit source's bits (bfloat16 or float16), exact.
+template <bool kBF16>
+AMP_INLINE_CE u32 bits16_to_f32(u32 h) {
+  return kBF16 ? bf16_bits_to_f32(h) : f16_bits_to_f32(h);
+}
 
 AMP_INLINE void bf16_to_f32(const u16* __restrict src, int n, u32* __restrict dst) {
   for (int i = 0; i < n; ++i) dst[i] = bf16_bits_to_f32(src[i]);
