@@ -18,6 +18,7 @@ namespace {
 
 using ampscope::AutocastGuard;
 using ampscope::LayerScope;
+using ampscope::Observer;
 using ampscope::Session;
 using ampscope::reports::Layer;
 using ampscope::reports::OpRecord;
@@ -227,6 +228,38 @@ TEST_F(ObserverTest, MetadataInPlaceOpsTakeNoStatsPass) {
   EXPECT_EQ(only_op(layer(r, "make"), "aten::log").nonfinite_from_finite, 1);
   for (const char* op : {"aten::detach_", "aten::t_"})
     for (const auto* e : ops_named(meta, op)) EXPECT_EQ(e->nonfinite_from_finite, 0) << op;
+}
+
+// What the benchmarks divide by their steps: every element a read asked for, once per pass.
+TEST_F(ObserverTest, ReadCountsAreTheElementsRead) {
+  auto x = torch::randn({64, 128});  // made before the session: not an observed op's output
+  Session session;
+  session.start();
+  torch::Tensor y, w;
+  {
+    LayerScope s("ops");
+    y = torch::mul(x, 2.0);  // an output: one stats pass
+    y.view({128, 64});       // a view: none
+    y.detach_();             // metadata only: none
+    w = torch::relu(y);      // another output: one pass
+  }
+  const auto after_ops = Observer::read_counts();
+  EXPECT_EQ(after_ops[0], y.numel() + w.numel());
+  EXPECT_EQ(after_ops[1], 0);
+  // w and its transpose cover the buffer read above, at the same version, in the same step
+  EXPECT_FALSE(Observer::any_nonfinite({w, w.t()}));
+  const auto after_check = Observer::read_counts();
+  EXPECT_EQ(after_check[0], after_ops[0]);
+  EXPECT_EQ(after_check[1], 0);
+  EXPECT_EQ(after_check[2] - after_ops[2], 2 * w.numel());
+  w.mul_(0.5);  // an observed in-place op: its new version read by a stats pass, then reused
+  EXPECT_FALSE(Observer::any_nonfinite({w}));
+  const auto after_inplace = Observer::read_counts();
+  EXPECT_EQ(after_inplace[0], after_check[0] + w.numel());
+  EXPECT_EQ(after_inplace[2], after_check[2] + w.numel());
+  EXPECT_FALSE(Observer::any_nonfinite({x}));  // never read: a scan for NaN/Inf only
+  EXPECT_EQ(Observer::read_counts()[1], x.numel());
+  session.stop();
 }
 
 struct TwoLayer : torch::nn::Module {

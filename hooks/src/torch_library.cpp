@@ -123,6 +123,10 @@ void optimizer_step_begins() {
   rehook_params();
 }
 bool any_nonfinite(const std::vector<at::Tensor>& tensors) { return Observer::any_nonfinite(tensors); }
+std::vector<int64_t> read_counts() {
+  const auto c = Observer::read_counts();
+  return {c.begin(), c.end()};
+}
 void begin_replay() { Observer::begin_replay(); }
 void end_replay() { Observer::end_replay(); }
 /// A watched step's NaN/Inf that no op could be named for (see Observer::note_unattributed).
@@ -235,6 +239,7 @@ TORCH_LIBRARY(ampscope, m) {
   m.def("write_reports(str dir, str stem, str run_json) -> str", &ampscope::write_reports);
   m.def("tensor_stats(Tensor t) -> str", &ampscope::tensor_stats_json);
   m.def("stats_builds() -> str", &ampscope::stats_builds);
+  m.def("read_counts() -> int[]", &ampscope::read_counts);
   m.def("reset_layers() -> ()", &ampscope::reset_layers);
   m.def("param_alias(str name, str alias) -> ()", &ampscope::param_alias);
   m.def("param_grad(str name, str layer, str layer_type, Tensor grad) -> ()", &ampscope::param_grad);

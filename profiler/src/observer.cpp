@@ -1368,6 +1368,7 @@ void Observer::start(const ObserverOptions& options) {
   std::lock_guard<std::mutex> lock(detail::g_control_mu);
   if (g.running.load()) throw std::logic_error("ampscope: the observer is already running");
   g.reset();
+  detail::reset_read_counts();
   detail::param_layers().drop_freed();
   reset_storage_skips();
   detail::provenance().reset();
@@ -1539,6 +1540,11 @@ bool Observer::any_nonfinite(const std::vector<at::Tensor>& tensors) {
     }
   }
   return false;
+}
+
+std::array<std::int64_t, 3> Observer::read_counts() {
+  const detail::ReadCounts c = detail::read_counts();
+  return {c.stats, c.scanned, c.cached};
 }
 
 void Observer::begin_replay() {

@@ -5,6 +5,7 @@
 #include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/autograd/function.h>
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <unordered_map>
@@ -55,6 +56,12 @@ struct Cache {
 };
 
 thread_local Cache tls_cache;
+
+/// read_counts(): relaxed adds, one per read (a few hundred a recorded step).
+std::atomic<std::int64_t> g_read_stats{0}, g_read_scanned{0}, g_read_cached{0};
+void count(std::atomic<std::int64_t>& c, const at::Tensor& t) {
+  c.fetch_add(t.numel(), std::memory_order_relaxed);
+}
 
 /// The span of a read of `t`, or false when `t` is not cached (small, strided with gaps,
 /// inference tensors without a version counter, lazily negated views).
@@ -129,13 +136,32 @@ struct WidenedGradientHook : torch::autograd::FunctionPostHook {
 
 }  // namespace
 
+ReadCounts read_counts() {
+  return {g_read_stats.load(std::memory_order_relaxed),
+          g_read_scanned.load(std::memory_order_relaxed),
+          g_read_cached.load(std::memory_order_relaxed)};
+}
+
+void reset_read_counts() {
+  g_read_stats.store(0);
+  g_read_scanned.store(0);
+  g_read_cached.store(0);
+}
+
 Stats cached_stats(const at::Tensor& t, std::int64_t step) {
   Span span;
   std::uint32_t version = 0;
-  if (!span_of(t, &span, &version)) return tensor_stats(t);
+  if (!span_of(t, &span, &version)) {
+    count(g_read_stats, t);
+    return tensor_stats(t);
+  }
   bool fresh = false;
   Entry& e = entry_of(t, span, version, step, &fresh);
-  if (e.has_stats) return e.stats;
+  if (e.has_stats) {
+    count(g_read_cached, t);
+    return e.stats;
+  }
+  count(g_read_stats, t);
   e.stats = tensor_stats(t);
   e.has_stats = true;
   e.nonfinite = e.stats.nonfinite() > 0;
@@ -145,10 +171,17 @@ Stats cached_stats(const at::Tensor& t, std::int64_t step) {
 bool cached_has_nonfinite(const at::Tensor& t, std::int64_t step) {
   Span span;
   std::uint32_t version = 0;
-  if (!span_of(t, &span, &version)) return has_nonfinite(t);
+  if (!span_of(t, &span, &version)) {
+    count(g_read_scanned, t);
+    return has_nonfinite(t);
+  }
   bool fresh = false;
   Entry& e = entry_of(t, span, version, step, &fresh);
-  if (!fresh) return e.nonfinite;
+  if (!fresh) {
+    count(g_read_cached, t);
+    return e.nonfinite;
+  }
+  count(g_read_scanned, t);
   e.nonfinite = has_nonfinite(t);
   return e.nonfinite;
 }

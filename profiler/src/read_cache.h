@@ -30,6 +30,16 @@ Stats cached_stats(const at::Tensor& t, std::int64_t step);
 /// read of the same elements in this step on this thread when there was one.
 bool cached_has_nonfinite(const at::Tensor& t, std::int64_t step);
 
+/// Elements the observer's reads asked for since the last reset_read_counts(), all threads:
+/// read by a full stats pass, scanned for NaN/Inf only, or answered from an earlier read.
+struct ReadCounts {
+  std::int64_t stats = 0;
+  std::int64_t scanned = 0;
+  std::int64_t cached = 0;
+};
+ReadCounts read_counts();
+void reset_read_counts();
+
 /// `dst` holds exactly the values of `src` (a widening cast or a same-dtype copy; nothing when
 /// it is not one): what a read of `src` at its current version found in this step on this
 /// thread becomes dst's read. Nothing happens when `src` was not read.

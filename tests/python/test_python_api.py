@@ -334,3 +334,20 @@ def test_compiled_modules_are_named_as_not_observed():
         m(torch.randn(2, 6))
     notes = " ".join(prof.report["run"]["notes"])
     assert "Net runs through torch.compile" in notes
+
+
+def test_read_counts_are_the_elements_a_recorded_step_read():
+    """torch.ops.ampscope.read_counts (what the benchmarks divide by their steps): a module's
+    output read by a stats pass once; the module-output check of the same buffer afterwards
+    comes from the read cache. Oracle: the output's size."""
+    from ampscope import _core
+    model = Calls.One(torch.relu)
+    x = torch.randn(64, 128)
+    with ampscope.profile(model=model, out=None):
+        before = _core.ops().read_counts()
+        y = model(x)
+        mid = _core.ops().read_counts()
+        assert not _core.ops().any_nonfinite([y, y.t()])
+        after = _core.ops().read_counts()
+    assert [m - b for m, b in zip(mid, before)] == [y.numel(), 0, 0]
+    assert [a - m for a, m in zip(after, mid)] == [0, 0, 2 * y.numel()]

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -132,6 +133,10 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/// Elements a step's reads asked for in the last block of each mode (Observer::read_counts:
+/// stats passes, NaN/Inf scans only, the read cache), per step.
+std::map<int, std::array<double, 3>> g_reads_per_step;
+
 /// One block of `steps` steps under `every` (0: profiling off; negative: every -N with the
 /// unsampled steps watched instead of the per-op sentinel); mean seconds per step.
 double timed_block(Trainer& trainer, int steps, int mode) {
@@ -149,7 +154,11 @@ double timed_block(Trainer& trainer, int steps, int mode) {
   for (int s = 0; s < steps; ++s) trainer.step(session.get());
   trainer.sync();
   double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-  if (session) session->stop();
+  if (session) {
+    const auto reads = ampscope::Observer::read_counts();  // since start: this block's
+    for (int i = 0; i < 3; ++i) g_reads_per_step[mode][i] = static_cast<double>(reads[i]) / steps;
+    session->stop();
+  }
   return dt / steps;
 }
 
@@ -318,6 +327,13 @@ int run(int argc, char** argv) {
                 oh.every_ms, oh.every_ms / oh.off_ms);
     std::printf("  every-10   %8.2f ms/step   %.3fx  (bar <= 1.05x; watch_unsampled)\n",
                 oh.watch_ms, oh.watch_ms / oh.off_ms);
+    std::printf("  what a step reads, M elements (stats passes / NaN-Inf scans only / read "
+                "cache):\n");
+    for (const auto& [mode, name] : {std::pair{1, "full"}, std::pair{10, "every-10 (per-op sentinel)"},
+                                     std::pair{-10, "every-10 (watch_unsampled)"}}) {
+      const auto& r = g_reads_per_step[mode];
+      std::printf("    %-28s %6.1f / %6.1f / %6.1f\n", name, r[0] / 1e6, r[1] / 1e6, r[2] / 1e6);
+    }
   }
   if (want('c')) {
     std::printf("(c) per op: a 1-element add costs %.0f ns unobserved; observer adds %.0f ns "

@@ -106,9 +106,15 @@ def ampscope_mode(every, **kw):
     @contextlib.contextmanager
     def mode(loop):
         import ampscope
+        from ampscope import _core
         with ampscope.profile(model=loop.model, out=None, every=every, command="bench", **kw):
             loop.step()  # step 0 (always recorded, module discovery): not timed
+            before = _core.ops().read_counts()
             yield
+            after = _core.ops().read_counts()
+            # elements the block's reads asked for: (stats passes, NaN/Inf scans, read cache)
+            mode.reads.setdefault(loop.dtype, []).append([a - b for a, b in zip(after, before)])
+    mode.reads = {}
     return mode
 
 
@@ -217,6 +223,29 @@ def breakdown(r):
     ]
 
 
+def reads_per_step(names, dtypes, steps):
+    """Per ampscope mode and dtype: the elements a step's reads asked for (medians over the
+    blocks), as (read by a stats pass, scanned for NaN/Inf only, answered by the read cache)."""
+    out = {}
+    for n in names:
+        reads = getattr(MODES[n], "reads", None) or {}
+        for d in dtypes:
+            blocks = reads.get(d)
+            if blocks:
+                out.setdefault(n, {})[d] = [statistics.median(b[i] for b in blocks) / steps
+                                            for i in range(3)]
+    return out
+
+
+def print_reads(reads, dtypes):
+    print("\nwhat a step reads (M elements a step: by stats passes / NaN-Inf scans only / "
+          "from the read cache):")
+    for n, per in reads.items():
+        cells = "  ".join(f"{d}: " + " / ".join(f"{v / 1e6:.1f}" for v in per[d])
+                          for d in dtypes if d in per)
+        print(f"  {n}\n      {cells}")
+
+
 def print_table(results, dtypes, names):
     w = max(len(n) for n in names) + 2
     head = "".join(f"{d + ' ms':>12}{'ratio':>8}" for d in dtypes)
@@ -280,6 +309,8 @@ def main(argv=None):
     for d in dtypes:
         results[d], raw[d] = run_dtype(d, names, rounds, steps, args.scaler)
     print_table(results, dtypes, names)
+    reads = reads_per_step(names, dtypes, steps)
+    print_reads(reads, dtypes)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"benchmark": "python_overhead", "cpu": model, "isa": isa,
@@ -290,6 +321,7 @@ def main(argv=None):
                        "ratio_to_off": {d: {n: results[d][n] / results[d]["off"] for n in names}
                                         for d in dtypes},
                        "block_s_per_step": raw,
+                       "reads_elements_per_step": reads,
                        "breakdown_s_per_step": {d: dict(breakdown(results[d])) for d in dtypes}
                        if len(names) == len(MODES) else None}, f, indent=2)
     return 0

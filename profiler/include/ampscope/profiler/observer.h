@@ -13,6 +13,7 @@
 #include <ampscope/profiler/phases.h>
 #include <ampscope/profiler/stats.h>
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -210,6 +211,10 @@ class Observer {
   /// True when a CPU floating tensor among `tensors` holds NaN/Inf (other tensors are not
   /// read). Reads each buffer once per step and version (shared with the per-op paths).
   static bool any_nonfinite(const std::vector<at::Tensor>& tensors);
+  /// Elements the observer's reads asked for since start(), all threads: {read by a stats pass,
+  /// scanned for NaN/Inf only, answered from an earlier read of the same elements and version
+  /// in the step}. What a benchmark divides by its steps to see what a step reads.
+  static std::array<std::int64_t, 3> read_counts();
   /// Brackets a replay on this thread: a module whose output went non-finite on a watched step
   /// runs its forward again from the same inputs and RNG state, observed by the per-op sentinel,
   /// so the op that made the values is found (at the current step and layer).
