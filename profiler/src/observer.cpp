@@ -991,7 +991,8 @@ NonFiniteRecord parameter_write_record(const Call& call, LayerId layer, const St
   return rec;
 }
 
-/// A recorded optimizer step begins on thread `t`: its wide CPU parameters and their versions
+/// An observed optimizer step (recorded, or under the per-op sentinel) begins on thread `t`:
+/// its wide CPU parameters and their versions
 /// (the ones it writes are those whose version moves; another model's are left alone).
 void note_versions_before_step(ThreadState& t) {
   t.stepped.clear();
@@ -1001,7 +1002,7 @@ void note_versions_before_step(ThreadState& t) {
       t.stepped.emplace_back(param, param._version());
 }
 
-/// The end of a recorded optimizer step, whose float32/float64 outputs were not read
+/// The end of an observed optimizer step, whose float32/float64 outputs were not read
 /// (wide_optimizer_output): a wide parameter it wrote and left non-finite, with no origin known
 /// (gradients carrying NaN/Inf to the optimizer made the run's origin known before it ran), is
 /// its work. Named as the step's, in the parameter's layer: which op made the value is not known.
@@ -1172,12 +1173,12 @@ OpKey forward_key(const Call& call, const std::vector<c10::IValue>& outputs) {
 }
 
 /// An optimizer's float32/float64 arithmetic (master weights, optimizer state): its values are
-/// not a precision question. On a recorded step its outputs are not read at all (each op's
-/// finiteness scan was ~22 M elements a step in an AdamW loop, a third of the step's reads);
-/// the parameters are checked once when the step ends (check_stepped_parameters), so a NaN it
-/// makes is named as that optimizer step's, in the parameter's layer, as on a watched step.
-/// Unsampled steps under the per-op sentinel still check every output. Low-precision optimizer
-/// outputs keep their stats.
+/// not a precision question. On a recorded step, and on an unsampled one under the per-op
+/// sentinel, its outputs are not read at all (each op's finiteness scan was ~22 M elements a
+/// step in an AdamW loop, a third of the step's reads); the parameters are checked once when
+/// the step ends (check_stepped_parameters), so a NaN it makes is named as that optimizer
+/// step's, in the parameter's layer, as on a watched step. Low-precision optimizer outputs keep
+/// their stats (and the sentinel's check).
 bool wide_optimizer_output(const Call& call, const OpKey& key) {
   return call.phase == Phase::kOptimizer && key.output_dtype >= 0 &&
          !is_low_precision(key.output_dtype);
@@ -1196,11 +1197,13 @@ void finish_op(const at::RecordFunction& fn, Call& call, ThreadState& t, const O
     if (call.input_stats.count > 0) agg.input_stats = std::move(call.input_stats);
   }
   if (call.info->cast && !passthrough) finish_cast(call, outputs);
-  if (!call.sentinel && !wide_optimizer_output(call, key)) {
+  if (wide_optimizer_output(call, key)) {
+    // not read: check_stepped_parameters at the step's end
+  } else if (!call.sentinel) {
     if (!passthrough) agg.stats = stats_of(outputs);
-  } else if (call.sentinel && !passthrough && !all_finite(outputs)) {
+  } else if (!passthrough && !all_finite(outputs)) {
     agg.stats = stats_of(outputs);  // rare: the full block of the non-finite output
-  }  // (a recorded step's wide optimizer outputs: check_stepped_parameters at the step's end)
+  }
   if (agg.stats.nonfinite() > 0) {
     on_nonfinite_output(fn, call, key, agg, t);
   } else if (call.info->view) {
@@ -1460,7 +1463,10 @@ void Observer::push_phase(Phase p) {
   if (p == Phase::kOptimizer) {
     detail::global().after_backward.store(false, std::memory_order_relaxed);
     detail::global().optimizer_stepped.store(true, std::memory_order_relaxed);
-    if (sampling_now()) detail::note_versions_before_step(detail::tls);
+    // its ops observed (a recorded step or the per-op sentinel): their wide outputs are not
+    // read, the parameters the step wrote are checked at its end (check_stepped_parameters)
+    if (detail::global().running.load() && !watching_now())
+      detail::note_versions_before_step(detail::tls);
   }
   detail::tls.phases.push_back(p);
 }

@@ -300,6 +300,37 @@ def test_a_recorded_optimizer_steps_nan_is_found_when_the_step_ends():
     assert any(o["phase"] == "optimizer" for l in prof.report["layers"] for o in l["ops"])
 
 
+def test_the_per_op_sentinels_optimizer_nan_is_found_when_the_step_ends():
+    """Unsampled steps under the per-op sentinel skip the optimizer's float32 outputs too (a
+    third of what the sentinel scanned in an AdamW loop) and check the parameters the step
+    wrote when it ends: a NaN an unsampled optimizer step makes, on the last step, is found at
+    that step. Oracle: the weights; the read counts (no element of the step's optimizer
+    outputs scanned beyond the parameters themselves)."""
+    from ampscope import _core
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    data = [(torch.randn(8, 64), torch.randn(8, 1)) for _ in range(3)]
+    params = sum(p.numel() for p in model.parameters())
+    with ampscope.profile(model=model, out=None, every=1000, sentinel="ops") as prof:
+        for step, (x, y) in enumerate(data):
+            if step == 2:
+                opt.param_groups[0]["lr"] = float("inf")
+            loss = nn.functional.mse_loss(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            assert all(torch.isfinite(p.grad).all() for p in model.parameters())
+            before = _core.ops().read_counts()
+            opt.step()
+            read = [a - b for a, b in zip(_core.ops().read_counts(), before)]
+            if step == 1:  # unsampled: the stepped parameters once, no optimizer output
+                assert read[0] == 0 and read[1] <= params, (read, params)
+    assert not all(torch.isfinite(p).all() for p in model.parameters())  # the NaN is real
+    e = prof.report["first_nonfinite"]
+    assert (e["step"], e["phase"]) == (2, "optimizer"), e
+    assert e["layer"] in ("0", "2") and e["op"].startswith("optimizer step"), e
+
+
 def test_a_dead_models_parameters_are_not_taken_for_a_later_tensors():
     """Parameters are known by their TensorImpl. A model profiled and freed must not make a
     later tensor at one of its parameters' addresses a "parameter an unobserved optimizer step
