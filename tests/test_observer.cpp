@@ -382,6 +382,39 @@ TEST_F(ObserverTest, AFreedParameterIsNeverTakenForALaterTensor) {
   EXPECT_EQ(r.first_nonfinite->reached, "host_read");
 }
 
+// libtorch's optimizers write parameters through `p.data()` (a new version counter: the
+// parameter's own version does not move). A NaN such a step makes, on the run's last step, is
+// still found when the step ends, recorded or under the per-op sentinel. Oracle: the weights.
+TEST_F(ObserverTest, ALibtorchOptimizersNanIsFoundWhenTheStepEnds) {
+  for (const std::int64_t every : {1, 1000}) {
+    torch::manual_seed(0);
+    auto net = torch::nn::Linear(16, 4);
+    torch::optim::SGD opt(net->parameters(), 0.1);
+    ampscope::SessionOptions so;
+    so.every = every;
+    so.write_html = false;
+    Session session(so);
+    session.attach(*net, "net");
+    session.start();
+    for (int step = 0; step < 3; ++step) {
+      if (step == 2) static_cast<torch::optim::SGDOptions&>(opt.param_groups()[0].options()).lr(INFINITY);
+      opt.zero_grad();
+      net->forward(torch::randn({8, 16})).sum().backward();
+      const auto version = net->weight._version();
+      session.optimizer_step(opt);
+      EXPECT_EQ(net->weight._version(), version) << "the premise: .data() writes keep the version";
+    }
+    session.stop();
+    ASSERT_FALSE(torch::isfinite(net->weight).all().item<bool>());  // the NaN is real
+    Report r = session.report();
+    ASSERT_TRUE(r.first_nonfinite.has_value()) << "every=" << every;
+    EXPECT_EQ(r.first_nonfinite->step, 2) << "every=" << every;
+    EXPECT_EQ(r.first_nonfinite->phase, ampscope::Phase::kOptimizer) << "every=" << every;
+    EXPECT_EQ(r.first_nonfinite->layer, "net") << "every=" << every;
+    EXPECT_EQ(r.first_nonfinite->op.rfind("optimizer step", 0), 0u) << r.first_nonfinite->op;
+  }
+}
+
 TEST_F(ObserverTest, LogOfZeroIsAModelBugInFp32Too) {
   Session session;
   session.start();

@@ -177,9 +177,10 @@ struct ThreadState {
   std::unordered_map<std::string, OpInfo> by_name;      // autograd node names are not
   int replaying = 0;  // Observer::begin_replay depth: the per-op sentinel runs whatever the step
   int quiet_at = -1;  // depth of the event below which RecordFunction is off (quiet_children)
-  /// A recorded optimizer step running on this thread: its wide parameters and their versions
-  /// when it began (check_stepped_parameters).
+  /// An observed optimizer step running on this thread: its wide parameters and their versions
+  /// when it began, and the storages its wide ops wrote (check_stepped_parameters).
   std::vector<std::pair<at::Tensor, std::uint32_t>> stepped;
+  std::vector<const c10::StorageImpl*> stepped_writes;
   bool busy = false;  // inside OwnWork: the ops that run are the observer's own
   int graph_task = -2;                                  // the backward pass `producers` is of
   int loss_task = -2;                                   // the backward pass whose loss was checked
@@ -996,6 +997,7 @@ NonFiniteRecord parameter_write_record(const Call& call, LayerId layer, const St
 /// (the ones it writes are those whose version moves; another model's are left alone).
 void note_versions_before_step(ThreadState& t) {
   t.stepped.clear();
+  t.stepped_writes.clear();
   for (const auto& [param, layer] : param_layers().live())
     if (is_floating(param) && !is_low_precision(static_cast<std::int8_t>(param.scalar_type())) &&
         param.device().is_cpu())
@@ -1008,11 +1010,20 @@ void note_versions_before_step(ThreadState& t) {
 /// its work. Named as the step's, in the parameter's layer: which op made the value is not known.
 void check_stepped_parameters(ThreadState& t, std::int64_t step) {
   std::vector<std::pair<at::Tensor, std::uint32_t>> stepped;
+  std::vector<const c10::StorageImpl*> writes;
   stepped.swap(t.stepped);
+  writes.swap(t.stepped_writes);
   if (global().have_first_nonfinite.load(std::memory_order_acquire)) return;
   OwnWork own;
+  std::sort(writes.begin(), writes.end());
+  // written: its version moved, or an op wrote its storage through an alias with a version of
+  // its own (libtorch's optimizers update `p.data()`, old Python ones `p.data`)
+  auto written = [&](const at::Tensor& param, std::uint32_t version) {
+    return param._version() != version ||
+           std::binary_search(writes.begin(), writes.end(), param.storage().unsafeGetStorageImpl());
+  };
   for (const auto& [param, version] : stepped) {
-    if (param._version() == version || !cached_has_nonfinite(param, step)) continue;
+    if (!written(param, version) || !cached_has_nonfinite(param, step)) continue;
     NonFiniteRecord rec;
     rec.step = step;
     rec.phase = Phase::kOptimizer;
@@ -1184,6 +1195,17 @@ bool wide_optimizer_output(const Call& call, const OpKey& key) {
          !is_low_precision(key.output_dtype);
 }
 
+/// The storages a wide optimizer op wrote (its outputs; an in-place op's first argument), for
+/// check_stepped_parameters to know the parameters written through aliases.
+void note_optimizer_writes(ThreadState& t, const Call& call, const std::vector<c10::IValue>& outputs) {
+  if (t.stepped.empty()) return;
+  auto note = [&](const at::Tensor& x) {
+    if (x.defined() && x.has_storage()) t.stepped_writes.push_back(x.storage().unsafeGetStorageImpl());
+  };
+  if (call.info->inplace && !call.inputs.empty()) for_each_tensor(call.inputs[0], note);
+  for (const c10::IValue& v : outputs) for_each_tensor(v, note);
+}
+
 /// A forward/optimizer call: stats of its outputs (sampled steps) or the sentinel's check
 /// (unsampled steps, wide optimizer outputs), provenance of any NaN/Inf, loss-scale updates,
 /// shadow re-checks.
@@ -1198,7 +1220,7 @@ void finish_op(const at::RecordFunction& fn, Call& call, ThreadState& t, const O
   }
   if (call.info->cast && !passthrough) finish_cast(call, outputs);
   if (wide_optimizer_output(call, key)) {
-    // not read: check_stepped_parameters at the step's end
+    note_optimizer_writes(t, call, outputs);  // not read: check_stepped_parameters at the end
   } else if (!call.sentinel) {
     if (!passthrough) agg.stats = stats_of(outputs);
   } else if (!passthrough && !all_finite(outputs)) {
