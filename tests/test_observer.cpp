@@ -383,12 +383,14 @@ TEST_F(ObserverTest, AFreedParameterIsNeverTakenForALaterTensor) {
 }
 
 // libtorch's optimizers write parameters through `p.data()` (a new version counter: the
-// parameter's own version does not move). A NaN such a step makes, on the run's last step, is
-// still found when the step ends, recorded or under the per-op sentinel. Oracle: the weights.
+// parameter's own version does not move, and a read of it earlier in the step, at that
+// version, no longer holds). A NaN such a step makes, on the run's last step, is still found
+// when the step ends, recorded or under the per-op sentinel. Oracle: the weights. (The weight
+// is large enough for the read cache, which took the values read before the step for them.)
 TEST_F(ObserverTest, ALibtorchOptimizersNanIsFoundWhenTheStepEnds) {
   for (const std::int64_t every : {1, 1000}) {
     torch::manual_seed(0);
-    auto net = torch::nn::Linear(16, 4);
+    auto net = torch::nn::Linear(torch::nn::LinearOptions(128, 64).bias(false));
     torch::optim::SGD opt(net->parameters(), 0.1);
     ampscope::SessionOptions so;
     so.every = every;
@@ -399,7 +401,7 @@ TEST_F(ObserverTest, ALibtorchOptimizersNanIsFoundWhenTheStepEnds) {
     for (int step = 0; step < 3; ++step) {
       if (step == 2) static_cast<torch::optim::SGDOptions&>(opt.param_groups()[0].options()).lr(INFINITY);
       opt.zero_grad();
-      net->forward(torch::randn({8, 16})).sum().backward();
+      net->forward(torch::randn({8, 128})).sum().backward();
       const auto version = net->weight._version();
       session.optimizer_step(opt);
       EXPECT_EQ(net->weight._version(), version) << "the premise: .data() writes keep the version";

@@ -1016,14 +1016,16 @@ void check_stepped_parameters(ThreadState& t, std::int64_t step) {
   if (global().have_first_nonfinite.load(std::memory_order_acquire)) return;
   OwnWork own;
   std::sort(writes.begin(), writes.end());
-  // written: its version moved, or an op wrote its storage through an alias with a version of
-  // its own (libtorch's optimizers update `p.data()`, old Python ones `p.data`)
-  auto written = [&](const at::Tensor& param, std::uint32_t version) {
-    return param._version() != version ||
-           std::binary_search(writes.begin(), writes.end(), param.storage().unsafeGetStorageImpl());
-  };
   for (const auto& [param, version] : stepped) {
-    if (!written(param, version) || !cached_has_nonfinite(param, step)) continue;
+    // Written: its version moved, or an op wrote its storage through an alias with a version
+    // counter of its own (libtorch's optimizers update `p.data()`, old Python ones `p.data`).
+    // Then the parameter's version says nothing: a read of it earlier in the step is stale.
+    const bool moved = param._version() != version;
+    const bool aliased = !moved && std::binary_search(writes.begin(), writes.end(),
+                                                      param.storage().unsafeGetStorageImpl());
+    if (!moved && !aliased) continue;
+    if (aliased) forget_read(param);
+    if (!cached_has_nonfinite(param, step)) continue;
     NonFiniteRecord rec;
     rec.step = step;
     rec.phase = Phase::kOptimizer;

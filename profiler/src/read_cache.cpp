@@ -168,6 +168,12 @@ Stats cached_stats(const at::Tensor& t, std::int64_t step) {
   return e.stats;
 }
 
+void forget_read(const at::Tensor& t) {
+  Span span;
+  std::uint32_t version = 0;
+  if (span_of(t, &span, &version)) tls_cache.entries.erase(span);
+}
+
 bool cached_has_nonfinite(const at::Tensor& t, std::int64_t step) {
   Span span;
   std::uint32_t version = 0;
