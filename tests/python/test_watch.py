@@ -274,45 +274,17 @@ def test_parameters_an_unobserved_optimizer_step_wrote_are_blamed_on_it():
     assert watched["layer"] in ("0", "2")
 
 
-def test_a_recorded_optimizer_steps_nan_is_found_when_the_step_ends():
-    """A recorded step does not read an optimizer's float32 outputs op by op: the parameters are
-    checked once when the step ends. A NaN the optimizer makes on the run's last step (no forward
-    reads the weights after it) is still found, at that step, in the parameter's layer. Oracle:
-    the weights themselves."""
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 1))
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    data = [(torch.randn(8, 16), torch.randn(8, 1)) for _ in range(3)]
-    with ampscope.profile(model=model, out=None, every=1) as prof:
-        for step, (x, y) in enumerate(data):
-            if step == 2:
-                opt.param_groups[0]["lr"] = float("inf")
-            loss = nn.functional.mse_loss(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            assert all(torch.isfinite(p.grad).all() for p in model.parameters())
-            opt.step()
-    assert not all(torch.isfinite(p).all() for p in model.parameters())  # the NaN is real
-    e = prof.report["first_nonfinite"]
-    assert (e["step"], e["phase"]) == (2, "optimizer"), e
-    assert e["layer"] in ("0", "2") and e["op"].startswith("optimizer step"), e
-    # the optimizer's ops are still recorded (calls), their float32 outputs not read
-    assert any(o["phase"] == "optimizer" for l in prof.report["layers"] for o in l["ops"])
-
-
-def test_the_per_op_sentinels_optimizer_nan_is_found_when_the_step_ends():
-    """Unsampled steps under the per-op sentinel skip the optimizer's float32 outputs too (a
-    third of what the sentinel scanned in an AdamW loop) and check the parameters the step
-    wrote when it ends: a NaN an unsampled optimizer step makes, on the last step, is found at
-    that step. Oracle: the weights; the read counts (no element of the step's optimizer
-    outputs scanned beyond the parameters themselves)."""
+def adamw_nan_on_the_last_step(width, **profile_kw):
+    """Three AdamW steps of a small MLP, the last with an infinite learning rate (finite
+    gradients, no forward after it): the NaN is the optimizer's. Returns the profile and, per
+    step, what the observer read during opt.step() (read counts)."""
     from ampscope import _core
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Linear(64, 1))
+    model = nn.Sequential(nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    data = [(torch.randn(8, 64), torch.randn(8, 1)) for _ in range(3)]
-    params = sum(p.numel() for p in model.parameters())
-    with ampscope.profile(model=model, out=None, every=1000, sentinel="ops") as prof:
+    data = [(torch.randn(8, width), torch.randn(8, 1)) for _ in range(3)]
+    reads = []
+    with ampscope.profile(model=model, out=None, **profile_kw) as prof:
         for step, (x, y) in enumerate(data):
             if step == 2:
                 opt.param_groups[0]["lr"] = float("inf")
@@ -322,13 +294,30 @@ def test_the_per_op_sentinels_optimizer_nan_is_found_when_the_step_ends():
             assert all(torch.isfinite(p.grad).all() for p in model.parameters())
             before = _core.ops().read_counts()
             opt.step()
-            read = [a - b for a, b in zip(_core.ops().read_counts(), before)]
-            if step == 1:  # unsampled: the stepped parameters once, no optimizer output
-                assert read[0] == 0 and read[1] <= params, (read, params)
+            reads.append([a - b for a, b in zip(_core.ops().read_counts(), before)])
     assert not all(torch.isfinite(p).all() for p in model.parameters())  # the NaN is real
     e = prof.report["first_nonfinite"]
     assert (e["step"], e["phase"]) == (2, "optimizer"), e
     assert e["layer"] in ("0", "2") and e["op"].startswith("optimizer step"), e
+    return prof, reads, sum(p.numel() for p in model.parameters())
+
+
+def test_a_recorded_optimizer_steps_nan_is_found_when_the_step_ends():
+    """A recorded step does not read an optimizer's float32 outputs op by op: the parameters are
+    checked once when the step ends. A NaN the optimizer makes on the run's last step is still
+    found, at that step, in the parameter's layer. Oracle: the weights themselves."""
+    prof, _, _ = adamw_nan_on_the_last_step(16, every=1)
+    # the optimizer's ops are still recorded (calls), their float32 outputs not read
+    assert any(o["phase"] == "optimizer" for l in prof.report["layers"] for o in l["ops"])
+
+
+def test_the_per_op_sentinels_optimizer_nan_is_found_when_the_step_ends():
+    """Unsampled steps under the per-op sentinel skip the optimizer's float32 outputs too (a
+    third of what the sentinel scanned in an AdamW loop) and check the parameters the step
+    wrote when it ends. Oracle: the weights; the read counts of an unsampled step's opt.step()
+    (the stepped parameters once, no optimizer output)."""
+    _, reads, params = adamw_nan_on_the_last_step(64, every=1000, sentinel="ops")
+    assert reads[1][0] == 0 and reads[1][1] <= params, (reads[1], params)
 
 
 def test_a_dead_models_parameters_are_not_taken_for_a_later_tensors():
