@@ -993,8 +993,8 @@ NonFiniteRecord parameter_write_record(const Call& call, LayerId layer, const St
 }
 
 /// An observed optimizer step (recorded, or under the per-op sentinel) begins on thread `t`:
-/// its wide CPU parameters and their versions
-/// (the ones it writes are those whose version moves; another model's are left alone).
+/// its wide CPU parameters and their versions (the ones it writes are those whose version
+/// moves or whose storage its ops wrote: note_optimizer_writes; another model's are left alone).
 void note_versions_before_step(ThreadState& t) {
   t.stepped.clear();
   t.stepped_writes.clear();
@@ -1018,14 +1018,12 @@ void check_stepped_parameters(ThreadState& t, std::int64_t step) {
   std::sort(writes.begin(), writes.end());
   for (const auto& [param, version] : stepped) {
     // Written: its version moved, or an op wrote its storage through an alias with a version
-    // counter of its own (libtorch's optimizers update `p.data()`, old Python ones `p.data`).
-    // Then the parameter's version says nothing: a read of it earlier in the step is stale.
-    const bool moved = param._version() != version;
-    const bool aliased = !moved && std::binary_search(writes.begin(), writes.end(),
-                                                      param.storage().unsafeGetStorageImpl());
-    if (!moved && !aliased) continue;
-    if (aliased) forget_read(param);
-    if (!cached_has_nonfinite(param, step)) continue;
+    // counter of its own (libtorch's optimizers update `p.data()`, old Python ones `p.data`;
+    // finish_op dropped the reads such a write made stale).
+    const bool written = param._version() != version ||
+                         std::binary_search(writes.begin(), writes.end(),
+                                            param.storage().unsafeGetStorageImpl());
+    if (!written || !cached_has_nonfinite(param, step)) continue;
     NonFiniteRecord rec;
     rec.step = step;
     rec.phase = Phase::kOptimizer;
@@ -1221,6 +1219,10 @@ void finish_op(const at::RecordFunction& fn, Call& call, ThreadState& t, const O
     if (call.input_stats.count > 0) agg.input_stats = std::move(call.input_stats);
   }
   if (call.info->cast && !passthrough) finish_cast(call, outputs);
+  // An in-place write through an alias with a version counter of its own (`p.data()`) leaves
+  // the version of the tensors it aliases where it was: what a read of them found is gone.
+  if (call.info->inplace && !call.info->view && !call.inputs.empty())
+    for_each_tensor(call.inputs[0], forget_read);
   if (wide_optimizer_output(call, key)) {
     note_optimizer_writes(t, call, outputs);  // not read: check_stepped_parameters at the end
   } else if (!call.sentinel) {

@@ -30,8 +30,8 @@ Stats cached_stats(const at::Tensor& t, std::int64_t step);
 /// read of the same elements in this step on this thread when there was one.
 bool cached_has_nonfinite(const at::Tensor& t, std::int64_t step);
 
-/// Drops what an earlier read of `t`'s elements found in this step on this thread: they were
-/// written through an alias whose version counter is not `t`'s (`t.data()`).
+/// Drops what an earlier read of `t`'s elements found in this step on this thread: an in-place
+/// op wrote them, perhaps through an alias whose version counter is not theirs (`p.data()`).
 void forget_read(const at::Tensor& t);
 
 /// Elements the observer's reads asked for since the last reset_read_counts(), all threads:
