@@ -9,6 +9,7 @@
 #include <ampscope/hooks/layers.h>
 #include <ampscope/hooks/session.h>
 
+#include <ATen/Version.h>
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include "bench_model.h"
+#include "cpu_name.h"
 
 namespace {
 
@@ -284,6 +286,8 @@ void write_json(const std::string& path, const Options& o, const Overhead& oh,
                 const CallbackCost& cb, const std::vector<RssPoint>& rss) {
   std::ofstream f(path);
   f << "{\n  \"device\": \"" << o.device << "\", \"dtype\": \"" << o.dtype << "\",\n";
+  f << "  \"cpu\": \"" << ampscope::bench::cpu_model() << "\", \"stats_builds\": \""
+    << ampscope::stats_isa_summary() << "\",\n";
   f << "  \"step_ms\": {\"off\": " << oh.off_ms << ", \"full\": " << oh.full_ms
     << ", \"every10\": " << oh.every_ms << ", \"every10_watch\": " << oh.watch_ms << "},\n";
   f << "  \"overhead\": {\"full\": " << oh.full_ms / oh.off_ms
@@ -308,6 +312,8 @@ int run(int argc, char** argv) {
   if (o.child_steps > 0) return run_rss_child(o);
   std::printf("ampscope overhead bench: device %s, autocast %s, torch threads %d\n",
               o.device.c_str(), o.dtype.c_str(), at::get_num_threads());
+  std::printf("cpu: %s; torch kernels %s; stats builds: %s\n", ampscope::bench::cpu_model().c_str(),
+              at::get_cpu_capability().c_str(), ampscope::stats_isa_summary().c_str());
   auto want = [&](char part) { return o.parts.find(part) != std::string::npos; };
   Overhead oh;
   CallbackCost cb;

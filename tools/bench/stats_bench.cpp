@@ -19,6 +19,7 @@
 
 #include "ampscope/profiler/tensor_stats.h"
 #include "composed_stats.h"
+#include "cpu_name.h"
 
 namespace {
 
@@ -307,23 +308,6 @@ void print_ratio_table(const std::vector<Row>& rows, const Options& opt) {
   }
 }
 
-/// The CPU's model name from /proc/cpuinfo ("unknown CPU" where there is none).
-std::string cpu_model() {
-  FILE* f = std::fopen("/proc/cpuinfo", "r");
-  if (f == nullptr) return "unknown CPU";
-  char line[512];
-  std::string model = "unknown CPU";
-  while (std::fgets(line, sizeof(line), f) != nullptr) {
-    const char* colon = std::strchr(line, ':');
-    if (std::strncmp(line, "model name", 10) != 0 || colon == nullptr) continue;
-    model = colon + 2;
-    if (!model.empty() && model.back() == '\n') model.pop_back();
-    break;
-  }
-  std::fclose(f);
-  return model;
-}
-
 bool write_json(const std::vector<Row>& rows, const Options& opt) {
   FILE* f = std::fopen(opt.json.c_str(), "w");
   if (f == nullptr) return false;
@@ -331,7 +315,7 @@ bool write_json(const std::vector<Row>& rows, const Options& opt) {
       f, "{\n  \"benchmark\": \"stats\",\n  \"torch_threads\": %d,\n  \"stats_threads\": %d,\n",
       at::get_num_threads(), at::get_num_threads());
   std::fprintf(f, "  \"default_isa\": \"%s\",\n", ampscope::stats_isa_summary().c_str());
-  std::fprintf(f, "  \"cpu\": \"%s\",\n", cpu_model().c_str());
+  std::fprintf(f, "  \"cpu\": \"%s\",\n", ampscope::bench::cpu_model().c_str());
   std::fprintf(f, "  \"reps\": %d,\n  \"results\": [\n", opt.reps);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
@@ -431,7 +415,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (opt.threads > 0) at::set_num_threads(opt.threads);
-  std::printf("cpu: %s, %u hardware threads; default stats builds: %s\n", cpu_model().c_str(),
+  std::printf("cpu: %s, %u hardware threads; default stats builds: %s\n",
+              ampscope::bench::cpu_model().c_str(),
               std::thread::hardware_concurrency(), ampscope::stats_isa_summary().c_str());
   std::printf("threads: %d (torch's pool, at::sum and tensor_stats alike)\n", at::get_num_threads());
   std::printf("%-9s %-8s %-8s %10s %9s %10s %9s %8s %12s %9s %s\n", "size", "dtype", "build",
