@@ -210,7 +210,13 @@ void finish(const Acc<NBins>& A, bool f64, Stats& out) {
     s.overflow[f] = (A.count - lt_o) - nonfinite;
   }
   out.merge(s);
-  out.exp_hist.add_bins(-(f64 ? kOff64 : kOff32), A.hist, NBins);
+  if (A.amin1 == ~0ull) return;  // no finite nonzero value: an empty histogram
+  // the histogram's values lie in [|x|min, |x|max]: only those bins are read (a small tensor's
+  // call would otherwise scan all NBins for its few)
+  const int lo = f64 ? exp_of64(A.amin1 + 1) : exp_of32(static_cast<u32>(A.amin1 + 1));
+  const int hi = f64 ? exp_of64(A.amax) : exp_of32(static_cast<u32>(A.amax));
+  const int off = f64 ? kOff64 : kOff32;
+  out.exp_hist.add_bins(lo, A.hist + lo + off, hi - lo + 1);
 }
 
 }  // namespace
