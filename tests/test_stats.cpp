@@ -18,6 +18,7 @@
 
 #include "ampscope/profiler/stats.h"
 #include "ampscope/profiler/tensor_stats.h"
+#include "stats_kernel.h"  // the AVX-512 build's GFNI switch
 
 namespace {
 
@@ -161,12 +162,20 @@ std::vector<ampscope::StatsIsa> usable_isas() {
 
 std::string isa_str(ampscope::StatsIsa isa) { return std::string(ampscope::stats_isa_name(isa)); }
 
-/// Runs f(isa) with each usable build selected in turn, then goes back to the best build.
+/// Runs f(isa) with each usable build selected in turn, then goes back to the best build. Where
+/// the CPU has GFNI and BITALG, the AVX-512 build runs twice: summing its histogram windows' bit
+/// counters with them (its default there) and with the loop of the CPUs without them.
 template <typename F>
 void for_each_isa(F&& f) {
   for (auto isa : usable_isas()) {
     EXPECT_TRUE(ampscope::set_stats_isa(isa));
     f(isa);
+    if (isa == ampscope::StatsIsa::kAvx512 && ampscope::detail::stats_avx512_gfni_usable()) {
+      SCOPED_TRACE("avx512, bit counts without GFNI/BITALG");
+      EXPECT_FALSE(ampscope::detail::set_stats_avx512_gfni(false));
+      f(isa);
+      EXPECT_TRUE(ampscope::detail::set_stats_avx512_gfni(true));
+    }
   }
   ampscope::set_stats_simd(true);
 }
@@ -369,6 +378,18 @@ class SingleThreadedTorch : public ::testing::Environment {
 
 constexpr ampscope::DType kSimdDtypes[] = {ampscope::DType::kFloat32, ampscope::DType::kFloat16,
                                            ampscope::DType::kBFloat16};
+
+TEST(StatsBlock, Avx512BitCountsUseGfniWhereTheCpuHasIt) {
+  namespace d = ampscope::detail;
+  // on by default exactly where usable; the hook cannot turn it on elsewhere
+  EXPECT_EQ(d::stats_avx512_gfni(), d::stats_avx512_gfni_usable());
+  EXPECT_FALSE(d::set_stats_avx512_gfni(false));
+  EXPECT_FALSE(d::stats_avx512_gfni());
+  EXPECT_EQ(d::set_stats_avx512_gfni(true), d::stats_avx512_gfni_usable());
+  if (d::stats_avx512_gfni_usable()) {
+    EXPECT_TRUE(d::stats_avx512_usable());
+  }
+}
 
 TEST(StatsBlock, IsaSelection) {
   using ampscope::StatsIsa;

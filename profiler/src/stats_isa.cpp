@@ -157,12 +157,15 @@ std::string stats_isa_choice() { return choice().how; }
 
 std::string stats_isa_summary() {
   std::string out;
+  bool avx512 = false;
   for (DType dt : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     if (!out.empty()) out += ", ";
     out += dt == DType::kFloat32 ? "float32 " : dt == DType::kFloat16 ? "float16 " : "bfloat16 ";
     out += stats_isa_name(stats_isa(dt));
+    avx512 = avx512 || stats_isa(dt) == StatsIsa::kAvx512;
   }
-  return out + " (" + stats_isa_choice() + ")";
+  const bool gfni = avx512 && detail::stats_avx512_gfni();
+  return out + " (" + stats_isa_choice() + (gfni ? "; avx512 bit counts by GFNI/BITALG" : "") + ")";
 }
 
 StatsIsa stats_isa(DType dtype) {

@@ -222,6 +222,14 @@ void run_stats_avx2(const TensorView& v, i64 begin, i64 end, Stats& out);
 bool stats_avx512_usable();
 /// Elements [begin, end) of any view, AVX-512 build (call only when stats_avx512_usable()).
 void run_stats_avx512(const TensorView& v, i64 begin, i64 end, Stats& out);
+/// Whether the CPU has GFNI and AVX512-BITALG (Ice Lake and later, Zen 4; not Skylake-X), with
+/// which the AVX-512 build sums the bit counters of its histogram windows (GF2P8AFFINEQB,
+/// VPOPCNTB) instead of a mask-and-popcount loop: the same counts, ~10% less time.
+bool stats_avx512_gfni_usable();
+/// Whether the build uses them now: where the CPU has them, unless a test switched them off.
+bool stats_avx512_gfni();
+/// Test and benchmark hook: on (where usable) or off; returns whether they are used now.
+bool set_stats_avx512_gfni(bool on);
 
 /// Elements [begin, end) of any view by the build in use (stats_isa(), stats_isa.cpp).
 void run_stats_isa(const TensorView& v, i64 begin, i64 end, Stats& out);

@@ -136,7 +136,9 @@ StatsIsa stats_isa_rule(DType dtype, StatsIsa widest, bool amd_zen4);
 std::string stats_isa_choice();
 /// The build that reads `dtype`: the one set_stats_isa chose, else stats_isa_default(dtype).
 StatsIsa stats_isa(DType dtype);
-/// For benchmark headers: "float32 avx512, float16 avx2, bfloat16 avx2 (<stats_isa_choice()>)".
+/// For benchmark headers: "float32 avx512, float16 avx2, bfloat16 avx2 (<stats_isa_choice()>)",
+/// with "; avx512 bit counts by GFNI/BITALG" inside the parentheses where the AVX-512 build
+/// reads some dtype and sums its histogram windows with those instructions.
 std::string stats_isa_summary();
 /// Test and benchmark hook: selects a build; false (and no change) when the CPU cannot run it.
 bool set_stats_isa(StatsIsa isa);
