@@ -31,6 +31,7 @@
 #include "provenance.h"
 #include "read_cache.h"
 #include "recheck.h"
+#include "stepped_params.h"
 #include "silent_loss_hooks.h"
 #include "wrapper_calls.h"
 
@@ -177,10 +178,9 @@ struct ThreadState {
   std::unordered_map<std::string, OpInfo> by_name;      // autograd node names are not
   int replaying = 0;  // Observer::begin_replay depth: the per-op sentinel runs whatever the step
   int quiet_at = -1;  // depth of the event below which RecordFunction is off (quiet_children)
-  /// An observed optimizer step running on this thread: its wide parameters and their versions
-  /// when it began, and the storages its wide ops wrote (check_stepped_parameters).
-  std::vector<std::pair<at::Tensor, std::uint32_t>> stepped;
-  std::vector<const c10::StorageImpl*> stepped_writes;
+  /// An observed optimizer step running on this thread: its wide parameters, the writes of its
+  /// wide ops (check_stepped_parameters).
+  SteppedParams stepped;
   bool busy = false;  // inside OwnWork: the ops that run are the observer's own
   int graph_task = -2;                                  // the backward pass `producers` is of
   int loss_task = -2;                                   // the backward pass whose loss was checked
@@ -996,12 +996,12 @@ NonFiniteRecord parameter_write_record(const Call& call, LayerId layer, const St
 /// its wide CPU parameters and their versions (the ones it writes are those whose version
 /// moves or whose storage its ops wrote: note_optimizer_writes; another model's are left alone).
 void note_versions_before_step(ThreadState& t) {
-  t.stepped.clear();
-  t.stepped_writes.clear();
-  for (const auto& [param, layer] : param_layers().live())
+  std::vector<at::Tensor> wide;
+  for (auto& [param, layer] : param_layers().live())
     if (is_floating(param) && !is_low_precision(static_cast<std::int8_t>(param.scalar_type())) &&
         param.device().is_cpu())
-      t.stepped.emplace_back(param, param._version());
+      wide.push_back(std::move(param));
+  t.stepped.begin(std::move(wide));
 }
 
 /// The end of an observed optimizer step, whose float32/float64 outputs were not read
@@ -1009,32 +1009,20 @@ void note_versions_before_step(ThreadState& t) {
 /// (gradients carrying NaN/Inf to the optimizer made the run's origin known before it ran), is
 /// its work. Named as the step's, in the parameter's layer: which op made the value is not known.
 void check_stepped_parameters(ThreadState& t, std::int64_t step) {
-  std::vector<std::pair<at::Tensor, std::uint32_t>> stepped;
-  std::vector<const c10::StorageImpl*> writes;
-  stepped.swap(t.stepped);
-  writes.swap(t.stepped_writes);
-  if (global().have_first_nonfinite.load(std::memory_order_acquire)) return;
+  if (global().have_first_nonfinite.load(std::memory_order_acquire)) return t.stepped.forget();
   OwnWork own;
-  std::sort(writes.begin(), writes.end());
-  for (const auto& [param, version] : stepped) {
-    // Written: its version moved, or an op wrote its storage through an alias with a version
-    // counter of its own (libtorch's optimizers update `p.data()`, old Python ones `p.data`;
-    // finish_op dropped the reads such a write made stale).
-    const bool written = param._version() != version ||
-                         std::binary_search(writes.begin(), writes.end(),
-                                            param.storage().unsafeGetStorageImpl());
-    if (!written || !cached_has_nonfinite(param, step)) continue;
-    NonFiniteRecord rec;
-    rec.step = step;
-    rec.phase = Phase::kOptimizer;
-    rec.layer = param_layers().of(param);
-    rec.op = "optimizer step (parameters of this layer became non-finite)";
-    const Stats out = cached_stats(param, step);
-    rec.nan = out.nan > 0;
-    rec.compute_dtype = static_cast<std::int8_t>(param.scalar_type());
-    rec.output_stats = out;
-    return set_first_harmful(std::move(rec), "parameter");
-  }
+  const at::Tensor param = t.stepped.end(step);
+  if (!param.defined()) return;
+  NonFiniteRecord rec;
+  rec.step = step;
+  rec.phase = Phase::kOptimizer;
+  rec.layer = param_layers().of(param);
+  rec.op = "optimizer step (parameters of this layer became non-finite)";
+  const Stats out = cached_stats(param, step);
+  rec.nan = out.nan > 0;
+  rec.compute_dtype = static_cast<std::int8_t>(param.scalar_type());
+  rec.output_stats = out;
+  set_first_harmful(std::move(rec), "parameter");
 }
 
 /// A forward call created NaN/Inf from finite inputs: the autograd nodes it made (sequence
@@ -1195,15 +1183,15 @@ bool wide_optimizer_output(const Call& call, const OpKey& key) {
          !is_low_precision(key.output_dtype);
 }
 
-/// The storages a wide optimizer op wrote (its outputs; an in-place op's first argument), for
-/// check_stepped_parameters to know the parameters written through aliases.
+/// What a wide optimizer op wrote (its outputs; an in-place op's first argument), for
+/// check_stepped_parameters (stepped_params.h: the parameters written through aliases, each
+/// parameter scanned when the ops go on to the next one).
 void note_optimizer_writes(ThreadState& t, const Call& call, const std::vector<c10::IValue>& outputs) {
-  if (t.stepped.empty()) return;
-  auto note = [&](const at::Tensor& x) {
-    if (x.defined() && x.has_storage()) t.stepped_writes.push_back(x.storage().unsafeGetStorageImpl());
-  };
+  if (!t.stepped.active() || global().have_first_nonfinite.load(std::memory_order_relaxed)) return;
+  auto note = [&](const at::Tensor& x) { t.stepped.note_write(x); };
   if (call.info->inplace && !call.inputs.empty()) for_each_tensor(call.inputs[0], note);
   for (const c10::IValue& v : outputs) for_each_tensor(v, note);
+  t.stepped.end_op(call.step);
 }
 
 /// A forward/optimizer call: stats of its outputs (sampled steps) or the sentinel's check
@@ -1500,7 +1488,7 @@ void Observer::pop_phase() {
   if (detail::tls.phases.empty()) return;
   const Phase p = detail::tls.phases.back();
   detail::tls.phases.pop_back();
-  if (p == Phase::kOptimizer && !detail::tls.stepped.empty())
+  if (p == Phase::kOptimizer && detail::tls.stepped.active())
     detail::check_stepped_parameters(detail::tls, detail::global().step.load());
 }
 

@@ -15,9 +15,6 @@
 namespace ampscope::detail {
 namespace {
 
-/// Below this many elements a read costs about what a lookup does: not cached.
-constexpr std::int64_t kMinCachedElements = 4096;
-
 /// Which elements a read covers: the storage, the span (dense tensors only: a transposed or
 /// permuted view covers the same span as the tensor it views) and the dtype.
 struct Span {

@@ -22,6 +22,9 @@
 
 namespace ampscope::detail {
 
+/// Below this many elements a read costs about what a lookup does: not cached.
+inline constexpr std::int64_t kMinCachedElements = 4096;
+
 /// The full stats block of a supported CPU tensor (stats_supported), read at most once per
 /// (elements, version) and step on this thread. Dense tensors are read in memory order.
 Stats cached_stats(const at::Tensor& t, std::int64_t step);

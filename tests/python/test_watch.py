@@ -320,6 +320,57 @@ def test_the_per_op_sentinels_optimizer_nan_is_found_when_the_step_ends():
     assert reads[1][0] == 0 and reads[1][1] <= params, (reads[1], params)
 
 
+class OneAfterAnother(torch.optim.Optimizer):
+    """Plain SGD, one parameter after the other; on its call number `poison_at`, the first
+    parameter is then multiplied by inf: a write after the loop has moved on. Read counts are
+    taken before and after each parameter's update (`reads`)."""
+
+    def __init__(self, params, poison_at, through_data):
+        super().__init__(params, dict(lr=0.1))
+        self.poison_at, self.through_data, self.calls, self.reads = poison_at, through_data, 0, []
+
+    @torch.no_grad()
+    def step(self):
+        from ampscope import _core
+        params = [p.data if self.through_data else p for p in self.param_groups[0]["params"]]
+        grads = [p.grad for p in self.param_groups[0]["params"]]
+        self.reads = [list(_core.ops().read_counts())]
+        for p, g in zip(params, grads):
+            p.add_(g, alpha=-0.1)
+            self.reads.append(list(_core.ops().read_counts()))
+        if self.calls == self.poison_at:
+            params[0].mul_(math.inf)
+        self.calls += 1
+
+
+@pytest.mark.parametrize("through_data", [False, True])
+@pytest.mark.parametrize("every", [1, 1000])
+def test_a_parameter_written_again_after_the_optimizer_moved_on_is_checked_again(through_data, every):
+    """An optimizer that updates parameters one after the other has each scanned when its ops go
+    on to the next one, while it is in cache (every=1: a recorded step; every=1000 with the
+    per-op sentinel: an observed unsampled step). A write after that scan, in place or through
+    `p.data` (its own version counter), must not leave the step's check with the stale scan.
+    Oracles: the weights themselves; the read counts after each update (the first weight is
+    read when the next parameter's update runs, not before)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(96, 96), nn.Linear(96, 1))
+    steps = 3
+    opt = OneAfterAnother(model.parameters(), steps - 1, through_data)
+    kw = dict(every=every, sentinel="ops") if every > 1 else dict(every=every)
+    with ampscope.profile(model=model, out=None, **kw) as prof:
+        for _ in range(steps):
+            loss = model(torch.randn(8, 96)).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            scanned = [r[1] for r in opt.reads]
+            assert scanned[1] == scanned[0], opt.reads  # the first update: nothing read yet
+            assert scanned[2] - scanned[1] == model[0].weight.numel(), opt.reads  # moved on
+    assert not torch.isfinite(model[0].weight).all()  # the NaN/Inf is real
+    e = prof.report["first_nonfinite"]
+    assert e is not None and (e["step"], e["phase"], e["layer"]) == (steps - 1, "optimizer", "0"), e
+
+
 def test_a_dead_models_parameters_are_not_taken_for_a_later_tensors():
     """Parameters are known by their TensorImpl. A model profiled and freed must not make a
     later tensor at one of its parameters' addresses a "parameter an unobserved optimizer step
