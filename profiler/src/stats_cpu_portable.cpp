@@ -185,7 +185,17 @@ void block32_portable(const u32* __restrict x, int n, Acc32& A) {
 namespace {
 
 template <int NBins>
-void finish(const Acc<NBins>& A, bool f64, Stats& out) {
+void finish(const Acc<NBins>& A, Stats& out) {
+  constexpr bool f64 = NBins == kBins64;  // float64 sources, else float32-domain ones
+  constexpr int off = f64 ? kOff64 : kOff32;
+  const auto value_of = [](u64 bits) {
+    if constexpr (f64) return f64_of(bits);
+    else return static_cast<double>(f32_of(static_cast<u32>(bits)));
+  };
+  const auto exp_of = [](u64 bits) {
+    if constexpr (f64) return exp_of64(bits);
+    else return exp_of32(static_cast<u32>(bits));
+  };
   Stats s;
   s.count = A.count;
   s.nan = A.nan;
@@ -194,14 +204,8 @@ void finish(const Acc<NBins>& A, bool f64, Stats& out) {
   s.zeros = A.zeros;
   s.sum = A.sum;
   s.sum_sq = A.sum_sq;
-  if (f64) {
-    s.absmax = f64_of(A.amax);
-    if (A.amin1 != ~0ull) s.absmin_nonzero = f64_of(A.amin1 + 1);
-  } else {
-    s.absmax = static_cast<double>(f32_of(static_cast<u32>(A.amax)));
-    if (A.amin1 != ~0ull)
-      s.absmin_nonzero = static_cast<double>(f32_of(static_cast<u32>(A.amin1 + 1)));
-  }
+  s.absmax = value_of(A.amax);
+  if (A.amin1 != ~0ull) s.absmin_nonzero = value_of(A.amin1 + 1);
   const i64 nonfinite = A.nan + A.posinf + A.neginf;
   for (int f = 0; f < kNumFormats; ++f) {
     const i64 le_u = A.lt[3 * f], lt_s = A.lt[3 * f + 1], lt_o = A.lt[3 * f + 2];
@@ -213,16 +217,14 @@ void finish(const Acc<NBins>& A, bool f64, Stats& out) {
   if (A.amin1 == ~0ull) return;  // no finite nonzero value: an empty histogram
   // the histogram's values lie in [|x|min, |x|max]: only those bins are read (a small tensor's
   // call would otherwise scan all NBins for its few)
-  const int lo = f64 ? exp_of64(A.amin1 + 1) : exp_of32(static_cast<u32>(A.amin1 + 1));
-  const int hi = f64 ? exp_of64(A.amax) : exp_of32(static_cast<u32>(A.amax));
-  const int off = f64 ? kOff64 : kOff32;
+  const int lo = exp_of(A.amin1 + 1), hi = exp_of(A.amax);
   out.exp_hist.add_bins(lo, A.hist + lo + off, hi - lo + 1);
 }
 
 }  // namespace
 
-void finish32(const Acc32& A, Stats& out) { finish(A, false, out); }
-void finish64(const Acc64& A, Stats& out) { finish(A, true, out); }
+void finish32(const Acc32& A, Stats& out) { finish(A, out); }
+void finish64(const Acc64& A, Stats& out) { finish(A, out); }
 
 // ---------------------------------------------------------------- drivers
 
