@@ -95,18 +95,29 @@ TEST(TorchPool, EveryChunkRunsOnceWhateverTheThreads) {
   for (int threads : {1, 2, 3, 5}) {
     at::set_num_threads(threads);
     for (std::int64_t chunks : {0, 1, 2, 3, 7, 64, 1001}) {
-      std::vector<std::atomic<int>> runs(static_cast<std::size_t>(chunks));
-      ampscope::detail::run_on_torch_pool(chunks, &runs, [](void* ctx, std::int64_t c) {
-        (*static_cast<std::vector<std::atomic<int>>*>(ctx))[static_cast<std::size_t>(c)]++;
-      });
-      int wrong = 0;
-      for (auto& r : runs) wrong += r.load() != 1;
+      // per chunk: how often it ran, and whether its run's end lay past it and within range
+      struct Seen {
+        std::int64_t chunks;
+        std::vector<std::atomic<int>> runs, bad_end;
+      } seen{chunks, std::vector<std::atomic<int>>(static_cast<std::size_t>(chunks)),
+             std::vector<std::atomic<int>>(static_cast<std::size_t>(chunks))};
+      ampscope::detail::run_on_torch_pool(chunks, &seen,
+                                          [](void* ctx, std::int64_t c, std::int64_t end) {
+                                            auto& s = *static_cast<Seen*>(ctx);
+                                            s.runs[static_cast<std::size_t>(c)]++;
+                                            if (end <= c || end > s.chunks)
+                                              s.bad_end[static_cast<std::size_t>(c)]++;
+                                          });
+      int wrong = 0, bad_ends = 0;
+      for (auto& r : seen.runs) wrong += r.load() != 1;
+      for (auto& b : seen.bad_end) bad_ends += b.load();
       EXPECT_EQ(wrong, 0) << chunks << " chunks, " << threads << " threads";
+      EXPECT_EQ(bad_ends, 0) << chunks << " chunks, " << threads << " threads";
     }
     // From inside another parallel region: on the calling thread, still every chunk once.
     std::vector<std::atomic<int>> runs(50);
     at::parallel_for(0, 1, 1, [&](std::int64_t, std::int64_t) {
-      ampscope::detail::run_on_torch_pool(50, &runs, [](void* ctx, std::int64_t c) {
+      ampscope::detail::run_on_torch_pool(50, &runs, [](void* ctx, std::int64_t c, std::int64_t) {
         (*static_cast<std::vector<std::atomic<int>>*>(ctx))[static_cast<std::size_t>(c)]++;
       });
     });

@@ -70,7 +70,8 @@ bool dense_has_nonfinite(const void* d, std::int64_t n, c10::ScalarType type) {
     c10::ScalarType type;
     std::atomic<bool> bad{false};
   } scan{static_cast<const char*>(d), n, static_cast<std::int64_t>(c10::elementSize(type)), type};
-  run_on_torch_pool((n + kParallelChunk - 1) / kParallelChunk, &scan, [](void* ctx, std::int64_t c) {
+  const std::int64_t chunks = (n + kParallelChunk - 1) / kParallelChunk;
+  run_on_torch_pool(chunks, &scan, [](void* ctx, std::int64_t c, std::int64_t) {
     auto& s = *static_cast<Scan*>(ctx);
     if (s.bad.load(std::memory_order_relaxed)) return;  // found already: the rest is moot
     const std::int64_t lo = c * kParallelChunk, len = std::min(s.n, lo + kParallelChunk) - lo;

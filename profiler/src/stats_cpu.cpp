@@ -94,8 +94,9 @@ Stats compute_stats_chunked(const TensorView& view, ChunkRunner runner) {
     i64 n, chunk;
     std::vector<Stats>* parts;
   } work{&view, n, chunk, &parts};
-  runner(nchunks, &work, [](void* ctx, i64 c) {
+  runner(nchunks, &work, [](void* ctx, i64 c, i64 run_end) {
     auto* w = static_cast<Work*>(ctx);
+    const detail::PrefetchBound bound(std::min(w->n, run_end * w->chunk));
     accumulate_stats(*w->view, c * w->chunk, std::min(w->n, (c + 1) * w->chunk),
                      (*w->parts)[static_cast<std::size_t>(c)]);
   });

@@ -82,7 +82,7 @@ template <typename T, typename Block>
 AMP_SIMD_INLINE void for_each_block(const TensorView& v, i64 begin, i64 end, T* buf,
                                     Block&& block) {
   const bool contig = v.is_contiguous();
-  const i64 total = v.numel();
+  const i64 limit = tls_prefetch_end >= 0 ? std::min(v.numel(), tls_prefetch_end) : v.numel();
   std::optional<Gather> g;  // strided views only (its index vectors are allocations)
   if (!contig) g.emplace(v, begin, sizeof(T));
   const T* base = static_cast<const T*>(v.data) + (contig ? begin : 0);
@@ -94,10 +94,10 @@ AMP_SIMD_INLINE void for_each_block(const TensorView& v, i64 begin, i64 end, T* 
       g->next(n, buf);
       src = buf;
     } else {
-      // ahead within the whole tensor, not just [begin, end): a chunk of a split tensor is as
-      // short as the prefetch distance, and the next chunk's memory is valid to prefetch
+      // ahead past `end` into what this thread reads next (tls_prefetch_end), not just [begin,
+      // end): a chunk of a split tensor is as short as the prefetch distance
       const i64 ahead = kPrefetchAhead * kBlock;
-      const i64 next_n = std::clamp<i64>(total - pos - ahead, 0, kBlock);
+      const i64 next_n = std::clamp<i64>(limit - pos - ahead, 0, kBlock);
       pf.p = reinterpret_cast<const char*>(src + ahead);
       pf.end = pf.p + next_n * static_cast<i64>(sizeof(T));
     }

@@ -234,4 +234,22 @@ bool set_stats_avx512_gfni(bool on);
 /// Elements [begin, end) of any view by the build in use (stats_isa(), stats_isa.cpp).
 void run_stats_isa(const TensorView& v, i64 begin, i64 end, Stats& out);
 
+/// How far a contiguous read on this thread may prefetch past its own range [begin, end): up to
+/// element `tls_prefetch_end` of the view (-1: its end). compute_stats_chunked sets it, for each
+/// chunk, to the end of the run of chunks its thread reads in a row (PrefetchBound): a chunk's
+/// prefetch that reached into the next thread's share pulled the lines that core had just
+/// written and was about to read (a 128 Ki-element tensor: one thread's two chunks 5 us each,
+/// the other's 10 us).
+inline thread_local i64 tls_prefetch_end = -1;
+class PrefetchBound {
+ public:
+  explicit PrefetchBound(i64 end) : before_(tls_prefetch_end) { tls_prefetch_end = end; }
+  ~PrefetchBound() { tls_prefetch_end = before_; }
+  PrefetchBound(const PrefetchBound&) = delete;
+  PrefetchBound& operator=(const PrefetchBound&) = delete;
+
+ private:
+  i64 before_;
+};
+
 }  // namespace ampscope::detail

@@ -91,7 +91,8 @@ Stats tensor_stats_cuda(const at::Tensor& t) {
 
 namespace detail {
 
-void run_on_torch_pool(std::int64_t chunks, void* ctx, void (*body)(void*, std::int64_t)) {
+void run_on_torch_pool(std::int64_t chunks, void* ctx,
+                       void (*body)(void*, std::int64_t, std::int64_t)) {
   if (chunks <= 0) return;
   const std::int64_t shares = std::clamp<std::int64_t>(at::get_num_threads(), 1, chunks);
   const std::int64_t per = (chunks + shares - 1) / shares;
@@ -100,7 +101,8 @@ void run_on_torch_pool(std::int64_t chunks, void* ctx, void (*body)(void*, std::
   auto drain = [&](std::int64_t s) {
     const std::int64_t end = std::min(chunks, (s + 1) * per);
     auto& cursor = next[static_cast<std::size_t>(s)];
-    for (std::int64_t c; (c = cursor.fetch_add(1, std::memory_order_relaxed)) < end;) body(ctx, c);
+    for (std::int64_t c; (c = cursor.fetch_add(1, std::memory_order_relaxed)) < end;)
+      body(ctx, c, end);
   };
   at::parallel_for(0, shares, 1, [&](std::int64_t b, std::int64_t e) {
     for (std::int64_t s = b; s < e; ++s) drain(s);  // its own share first,

@@ -102,9 +102,12 @@ void accumulate_stats(const TensorView& view, std::int64_t begin, std::int64_t e
 /// The stats of every element of `view`, using up to `max_threads` threads (0: hardware).
 Stats compute_stats(const TensorView& view, int max_threads = 0);
 
-/// Runs `body(chunk)` for every chunk in [0, chunks), on as many threads as it likes, and
-/// returns when all are done (e.g. over torch's intra-op pool).
-using ChunkRunner = void (*)(std::int64_t chunks, void* ctx, void (*body)(void* ctx, std::int64_t));
+/// Runs `body(ctx, chunk, run_end)` for every chunk in [0, chunks), on as many threads as it
+/// likes, and returns when all are done (e.g. over torch's intra-op pool). Chunks [chunk,
+/// run_end) are the rest of the run the runner hands out together (a thread's share): what the
+/// thread that reads `chunk` will most likely read next.
+using ChunkRunner = void (*)(std::int64_t chunks, void* ctx,
+                             void (*body)(void* ctx, std::int64_t chunk, std::int64_t run_end));
 
 /// The stats of every element of `view` in chunks whose length depends on the element count
 /// alone (kStatsChunk, longer for big tensors), run by `runner` and merged in chunk order: the
