@@ -996,8 +996,12 @@ NonFiniteRecord parameter_write_record(const Call& call, LayerId layer, const St
 /// its wide CPU parameters and their versions (the ones it writes are those whose version
 /// moves or whose storage its ops wrote: note_optimizer_writes; another model's are left alone).
 void note_versions_before_step(ThreadState& t) {
+  auto live = param_layers().live();
+  // in model order (layers are numbered as registered; a layer's own parameters as found)
+  std::stable_sort(live.begin(), live.end(),
+                   [](const auto& a, const auto& b) { return a.second < b.second; });
   std::vector<at::Tensor> wide;
-  for (auto& [param, layer] : param_layers().live())
+  for (auto& [param, layer] : live)
     if (is_floating(param) && !is_low_precision(static_cast<std::int8_t>(param.scalar_type())) &&
         param.device().is_cpu())
       wide.push_back(std::move(param));

@@ -1,7 +1,5 @@
 #include "stepped_params.h"
 
-#include <algorithm>
-
 #include "read_cache.h"
 
 namespace ampscope::detail {
@@ -14,8 +12,17 @@ const void* storage_of(const at::Tensor& t) { return t.storage().unsafeGetStorag
 void SteppedParams::begin(std::vector<at::Tensor> params) {
   forget();
   params_.reserve(params.size());
+  std::unordered_map<const void*, int> last;  // storage -> its last parameter so far
   for (at::Tensor& p : params) {
-    by_storage_.emplace(storage_of(p), static_cast<int>(params_.size()));
+    const int i = static_cast<int>(params_.size());
+    const void* storage = storage_of(p);
+    const auto [it, first] = last.try_emplace(storage, i);
+    if (first) {
+      by_storage_.emplace(storage, i);
+    } else {
+      params_[static_cast<std::size_t>(it->second)].same_storage = i;
+      it->second = i;
+    }
     const std::uint32_t v = p._version();
     params_.push_back(Param{std::move(p), v});
   }
@@ -24,17 +31,24 @@ void SteppedParams::begin(std::vector<at::Tensor> params) {
 void SteppedParams::forget() {
   params_.clear();
   by_storage_.clear();
-  writes_.clear();
+  order_.clear();
   op_param_ = last_param_ = -1;
 }
 
 void SteppedParams::note_write(const at::Tensor& x) {
   if (!x.defined() || !x.has_storage()) return;
-  const void* storage = storage_of(x);
-  writes_.push_back(storage);
-  const auto it = by_storage_.find(storage);
+  const auto it = by_storage_.find(storage_of(x));
   if (it == by_storage_.end()) return;  // optimizer state, not a parameter
-  op_param_ = op_param_ == -1 || op_param_ == it->second ? it->second : -2;
+  const int first = it->second;
+  for (int i = first; i >= 0; i = params_[static_cast<std::size_t>(i)].same_storage) {
+    Param& p = params_[static_cast<std::size_t>(i)];
+    if (!p.written) {
+      p.written = true;
+      order_.push_back(i);
+    }
+  }
+  const bool alone = params_[static_cast<std::size_t>(first)].same_storage < 0;
+  op_param_ = alone && (op_param_ == -1 || op_param_ == first) ? first : -2;
 }
 
 void SteppedParams::end_op(std::int64_t step) {
@@ -51,19 +65,15 @@ void SteppedParams::end_op(std::int64_t step) {
 at::Tensor SteppedParams::end(std::int64_t step) {
   std::vector<Param> params;
   params.swap(params_);
-  std::vector<const void*> writes;
-  writes.swap(writes_);
+  std::vector<int> order;
+  order.swap(order_);
   forget();
-  std::sort(writes.begin(), writes.end());
-  for (const Param& p : params) {
-    // Written: its version moved, or an op wrote its storage through an alias with a version
-    // counter of its own (libtorch's optimizers update `p.data()`, old Python ones `p.data`;
-    // the observer dropped the reads such a write made stale).
-    if (p.t._version() == p.version_before &&
-        !std::binary_search(writes.begin(), writes.end(), storage_of(p.t)))
-      continue;
-    if (cached_has_nonfinite(p.t, step)) return p.t;
-  }
+  for (int i : order)
+    if (cached_has_nonfinite(params[static_cast<std::size_t>(i)].t, step))
+      return params[static_cast<std::size_t>(i)].t;
+  for (const Param& p : params)
+    if (!p.written && p.t._version() != p.version_before && cached_has_nonfinite(p.t, step))
+      return p.t;
   return {};
 }
 

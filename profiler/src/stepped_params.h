@@ -22,18 +22,22 @@ namespace ampscope::detail {
 
 class SteppedParams {
  public:
-  /// The step begins: these parameters (wide, CPU) and their versions now.
+  /// The step begins: these parameters (wide, CPU) and their versions now. Their order is the
+  /// order end() checks the ones no op was seen writing in.
   void begin(std::vector<at::Tensor> params);
   bool active() const { return !params_.empty(); }
 
-  /// An op of the step wrote `x` (its in-place argument or an output).
+  /// An op of the step wrote `x` (its in-place argument or an output): the parameters whose
+  /// storage it is were written (also through an alias with a version counter of its own, as
+  /// libtorch's optimizers update `p.data()` and old Python ones `p.data`).
   void note_write(const at::Tensor& x);
   /// The op's writes are all noted: when it wrote one parameter and the one before it wrote
   /// another, that other one is scanned now (in `step`).
   void end_op(std::int64_t step);
 
-  /// The step ends: the first parameter it wrote and left holding NaN/Inf, or an undefined
-  /// tensor. Forgets the step.
+  /// The step ends: the first parameter it wrote and left holding NaN/Inf (in the order its ops
+  /// first wrote them; then those written unseen, whose version moved), or an undefined tensor.
+  /// Forgets the step.
   at::Tensor end(std::int64_t step);
   /// The step ends unchecked.
   void forget();
@@ -42,11 +46,13 @@ class SteppedParams {
   struct Param {
     at::Tensor t;
     std::uint32_t version_before = 0;  ///< when the step began
+    int same_storage = -1;             ///< the next parameter in the same storage (-1: none)
+    bool written = false;              ///< an op of the step was seen writing it
   };
   std::vector<Param> params_;
-  std::unordered_map<const void*, int> by_storage_;  ///< storage -> its (first) parameter
-  std::vector<const void*> writes_;                  ///< storages the step's ops wrote
-  int op_param_ = -1;   ///< the parameter the current op wrote (-2: several)
+  std::unordered_map<const void*, int> by_storage_;  ///< storage -> its first parameter
+  std::vector<int> order_;                           ///< parameters in the order first written
+  int op_param_ = -1;    ///< the parameter the current op wrote (-1: none, -2: several)
   int last_param_ = -1;  ///< the parameter the ops before wrote, not scanned since
 };
 

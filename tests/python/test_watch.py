@@ -371,6 +371,33 @@ def test_a_parameter_written_again_after_the_optimizer_moved_on_is_checked_again
     assert e is not None and (e["step"], e["phase"], e["layer"]) == (steps - 1, "optimizer", "0"), e
 
 
+@pytest.mark.parametrize("every", [1, 1000])
+def test_an_optimizer_step_that_spoils_every_parameter_is_named_by_the_first_it_wrote(every):
+    """When one optimizer step makes every parameter non-finite, the origin is the parameter the
+    step wrote first (the optimizer's order: here a middle layer's first, then the model's), the
+    same on a recorded step and under the per-op sentinel (the check once followed a hash map's
+    order: the last layer's here). Oracle: the optimizer's own parameter order, and the weights
+    themselves."""
+    torch.manual_seed(0)
+    model = nn.Sequential(*[nn.Linear(32, 32) for _ in range(8)], nn.Linear(32, 1))
+    first_layer = model[3]  # the optimizer's order: a middle layer's parameters first
+    params = list(first_layer.parameters())
+    params += [p for p in model.parameters() if not any(p is q for q in params)]
+    opt = torch.optim.SGD(params, lr=0.01, foreach=False)
+    kw = dict(every=every, sentinel="ops") if every > 1 else dict(every=every)
+    with ampscope.profile(model=model, out=None, **kw) as prof:
+        for step in range(3):
+            if step == 2:
+                opt.param_groups[0]["lr"] = math.inf
+            loss = model(torch.randn(8, 32)).square().mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    assert not any(torch.isfinite(p).all() for p in params)  # every one of them spoiled
+    e = prof.report["first_nonfinite"]
+    assert (e["step"], e["phase"], e["layer"]) == (2, "optimizer", "3"), e
+
+
 def test_a_dead_models_parameters_are_not_taken_for_a_later_tensors():
     """Parameters are known by their TensorImpl. A model profiled and freed must not make a
     later tensor at one of its parameters' addresses a "parameter an unobserved optimizer step
