@@ -31,8 +31,8 @@
 #include "provenance.h"
 #include "read_cache.h"
 #include "recheck.h"
-#include "stepped_params.h"
 #include "silent_loss_hooks.h"
+#include "stepped_params.h"
 #include "wrapper_calls.h"
 
 namespace ampscope {
@@ -1013,7 +1013,10 @@ void note_versions_before_step(ThreadState& t) {
 /// (gradients carrying NaN/Inf to the optimizer made the run's origin known before it ran), is
 /// its work. Named as the step's, in the parameter's layer: which op made the value is not known.
 void check_stepped_parameters(ThreadState& t, std::int64_t step) {
-  if (global().have_first_nonfinite.load(std::memory_order_acquire)) return t.stepped.forget();
+  if (global().have_first_nonfinite.load(std::memory_order_acquire)) {
+    t.stepped.forget();
+    return;
+  }
   OwnWork own;
   const at::Tensor param = t.stepped.end(step);
   if (!param.defined()) return;
