@@ -65,8 +65,11 @@ for i in "${!versions[@]}"; do
   fi
   echo "void ab_run_$i(const TensorView&, i64, i64, Stats&);" >> "$hdr"
   table+="{\"$v\", ampscope::detail::ab_run_$i},"
-  "$cxx" "${own[@]}" "${flags[@]}" -Drun_stats_$isa=ab_run_$i -Dstats_${isa}_usable=ab_usable_$i \
-    -c "$work/v$i.cpp" -o "$work/v$i.o" &
+  # every function the build defines outside its anonymous namespace, renamed per version
+  renames=(-Drun_stats_$isa=ab_run_$i -Dstats_${isa}_usable=ab_usable_$i)
+  [[ $isa == avx512 ]] && renames+=(-Dstats_avx512_gfni=ab_gfni_$i
+    -Dset_stats_avx512_gfni=ab_set_gfni_$i -Dstats_avx512_gfni_usable=ab_gfni_usable_$i)
+  "$cxx" "${own[@]}" "${flags[@]}" "${renames[@]}" -c "$work/v$i.cpp" -o "$work/v$i.o" &
   pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p" || die "a version failed to compile"; done
