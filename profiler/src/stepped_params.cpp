@@ -42,6 +42,9 @@ void SteppedParams::note_write(const at::Tensor& x) {
   const int first = it->second;
   for (int i = first; i >= 0; i = params_[static_cast<std::size_t>(i)].same_storage) {
     Param& p = params_[static_cast<std::size_t>(i)];
+    // what a read of it found is stale, whatever part of its storage `x` covers (the op's own
+    // forget_read dropped x's span only)
+    forget_read(p.t);
     if (!p.written) {
       p.written = true;
       order_.push_back(i);

@@ -29,7 +29,8 @@ class SteppedParams {
 
   /// An op of the step wrote `x` (its in-place argument or an output): the parameters whose
   /// storage it is were written (also through an alias with a version counter of its own, as
-  /// libtorch's optimizers update `p.data()` and old Python ones `p.data`).
+  /// libtorch's optimizers update `p.data()` and old Python ones `p.data`, or through a view of
+  /// part of one); what earlier reads of them found is dropped.
   void note_write(const at::Tensor& x);
   /// The op's writes are all noted: when it wrote one parameter and the one before it wrote
   /// another, that other one is scanned now (in `step`).

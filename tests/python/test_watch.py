@@ -322,40 +322,42 @@ def test_the_per_op_sentinels_optimizer_nan_is_found_when_the_step_ends():
 
 class OneAfterAnother(torch.optim.Optimizer):
     """Plain SGD, one parameter after the other; on its call number `poison_at`, the first
-    parameter is then multiplied by inf: a write after the loop has moved on. Read counts are
-    taken before and after each parameter's update (`reads`)."""
+    parameter (or its first row) is then multiplied by inf: a write after the loop has moved
+    on, in place or through `p.data`. Read counts are taken before and after each parameter's
+    update (`reads`)."""
 
-    def __init__(self, params, poison_at, through_data):
+    def __init__(self, params, poison_at, how):
         super().__init__(params, dict(lr=0.1))
-        self.poison_at, self.through_data, self.calls, self.reads = poison_at, through_data, 0, []
+        self.poison_at, self.how, self.calls, self.reads = poison_at, how, 0, []
 
     @torch.no_grad()
     def step(self):
         from ampscope import _core
-        params = [p.data if self.through_data else p for p in self.param_groups[0]["params"]]
+        through_data = self.how != "in place"
+        params = [p.data if through_data else p for p in self.param_groups[0]["params"]]
         grads = [p.grad for p in self.param_groups[0]["params"]]
         self.reads = [list(_core.ops().read_counts())]
         for p, g in zip(params, grads):
             p.add_(g, alpha=-0.1)
             self.reads.append(list(_core.ops().read_counts()))
         if self.calls == self.poison_at:
-            params[0].mul_(math.inf)
+            (params[0][:1] if self.how == "first row through p.data" else params[0]).mul_(math.inf)
         self.calls += 1
 
 
-@pytest.mark.parametrize("through_data", [False, True])
+@pytest.mark.parametrize("how", ["in place", "through p.data", "first row through p.data"])
 @pytest.mark.parametrize("every", [1, 1000])
-def test_a_parameter_written_again_after_the_optimizer_moved_on_is_checked_again(through_data, every):
+def test_a_parameter_written_again_after_the_optimizer_moved_on_is_checked_again(how, every):
     """An optimizer that updates parameters one after the other has each scanned when its ops go
     on to the next one, while it is in cache (every=1: a recorded step; every=1000 with the
-    per-op sentinel: an observed unsampled step). A write after that scan, in place or through
-    `p.data` (its own version counter), must not leave the step's check with the stale scan.
-    Oracles: the weights themselves; the read counts after each update (the first weight is
-    read when the next parameter's update runs, not before)."""
+    per-op sentinel: an observed unsampled step). A write after that scan, in place, through
+    `p.data` (its own version counter) or through a view of part of it, must not leave the
+    step's check with the stale scan. Oracles: the weights themselves; the read counts after
+    each update (the first weight is read when the next parameter's update runs, not before)."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(96, 96), nn.Linear(96, 1))
     steps = 3
-    opt = OneAfterAnother(model.parameters(), steps - 1, through_data)
+    opt = OneAfterAnother(model.parameters(), steps - 1, how)
     kw = dict(every=every, sentinel="ops") if every > 1 else dict(every=every)
     with ampscope.profile(model=model, out=None, **kw) as prof:
         for _ in range(steps):
